@@ -1,0 +1,346 @@
+"""Typed config: the Hydra tree in conf/ composes, these pydantic models validate.
+
+Every field of a recipe is declared here, once. Hydra gives composition and overrides;
+pydantic gives types, ranges and `extra="forbid"`, so a typo is an error, never a silent no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+# The chain, in order. `base` builds or loads the model the chain starts from.
+STAGES = ("base", "cpt", "sft", "rl", "long_horizon", "eval")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class ArchConfig(Strict):
+    """A model built from scratch (random init) from these dimensions."""
+
+    family: Literal["qwen2", "llama"] = "qwen2"
+    vocab_size: int = Field(ge=300, description="BPE vocab incl. 256 bytes and special tokens")
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    tie_word_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ArchConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be divisible by num_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be divisible by num_kv_heads")
+        return self
+
+
+class ModelConfig(Strict):
+    name: str
+    path: str | None = Field(None, description="local Hugging Face model directory; never a hub id")
+    arch: ArchConfig | None = Field(None, description="dimensions of a model trained from scratch")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.path is None) == (self.arch is None):
+            raise ValueError("set exactly one of model.path (a local HF directory) or model.arch")
+        return self
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class DataConfig(Strict):
+    name: str
+    dir: str = Field(description="the DVC-tracked data folder, relative to the repo root or absolute")
+    seed: int = 0
+    num_repos: int = Field(gt=0, description="generated Python repos in the code corpus")
+    files_per_repo: int = Field(gt=0)
+    num_sft: int = Field(gt=0, description="tool-call conversations for SFT")
+    num_prompts: int = Field(gt=0, description="RL prompts")
+    num_heldout: int = Field(gt=0, description="held-out eval prompts")
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+class TrainConfig(Strict):
+    """A supervised stage: CPT on packed code, SFT on tool-call conversations."""
+
+    enabled: bool = True
+    steps: int = Field(gt=0)
+    micro_batch_size: int = Field(gt=0)
+    grad_accum: int = Field(1, gt=0)
+    seq_len: int = Field(gt=8)
+    lr: float = Field(gt=0, le=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    zero_stage: int = Field(0, ge=0, le=3)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    world_size: int = Field(1, gt=0, description="training processes (GPUs on a cluster)")
+    log_every: int = Field(10, gt=0)
+
+
+class RLConfig(Strict):
+    """Policy-gradient RL in the harness (GRPO family)."""
+
+    enabled: bool = True
+    steps: int = Field(gt=0)
+    prompts_per_step: int = Field(gt=0)
+    group_size: int = Field(ge=2, description="rollouts per prompt, for group-relative advantages")
+    max_new_tokens: int = Field(gt=0)
+    temperature: float = Field(1.0, gt=0)
+    lr: float = Field(gt=0, le=1)
+    grad_clip: float = Field(1.0, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0, description="DAPO clip-higher; = clip_low for plain PPO clipping")
+    kl_coef: float = Field(0.0, ge=0)
+    max_staleness: int = Field(1, ge=0, description="max policy versions between rollout and update")
+    mode: Literal["async", "sync"] = "async"
+    rollout_workers: int = Field(1, gt=0)
+    env_workers: int = Field(1, gt=0)
+    trainer_world_size: int = Field(1, gt=0)
+    checkpoint_every: int = Field(10, gt=0)
+
+
+class LongHorizonConfig(RLConfig):
+    """RL with self-summarization: the policy compacts its own context at a token trigger."""
+
+    context_budget: int = Field(gt=0, description="tokens of context the policy may hold")
+    summary_trigger: int = Field(gt=0, description="context tokens at which the policy summarizes")
+    summary_max_tokens: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _trigger_fits(self) -> LongHorizonConfig:
+        if self.summary_trigger > self.context_budget:
+            raise ValueError("summary_trigger must not exceed context_budget")
+        return self
+
+
+class GateConfig(Strict):
+    metric: str
+    higher_is_better: bool = True
+    tolerance: float = Field(0.0, ge=0)
+
+
+class EvalConfig(Strict):
+    enabled: bool = True
+    suites: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    num_tasks: int = Field(gt=0)
+    max_new_tokens: int = Field(gt=0)
+    gates: list[GateConfig] = []
+
+
+class StagesConfig(Strict):
+    cpt: TrainConfig
+    sft: TrainConfig
+    rl: RLConfig
+    long_horizon: LongHorizonConfig
+    eval: EvalConfig
+
+
+# ----------------------------------------------------------------------------- reward, engine
+
+
+class RewardConfig(Strict):
+    """Weights of the named reward components; each is logged per trajectory."""
+
+    outcome: float = 1.0
+    malformed: float = Field(-1.0, le=0, description="per malformed turn: an explicit negative")
+    turns: float = Field(-0.02, le=0, description="per turn")
+    tokens: float = Field(0.0, le=0, description="per 1k generated tokens")
+    parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel")
+    clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
+
+
+class EngineConfig(Strict):
+    kind: Literal["hf", "vllm"] = "hf"
+    tensor_parallel_size: int = Field(1, gt=0)
+    max_model_len: int = Field(gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+
+
+# ----------------------------------------------------------------------------- infra
+
+
+class Toleration(Strict):
+    key: str
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class StageResources(Strict):
+    """Where and how one stage's pod runs on Kubernetes. Ignored by the local runner."""
+
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    accelerator_type: str | None = None
+    accelerator_count: int = Field(0, ge=0)
+    cpu: str | None = Field(None, description="CPU request, e.g. '8'")
+    memory: str | None = Field(None, description="memory request, e.g. '64G'")
+    shm_size: str | None = Field(None, description="size of a memory-backed /dev/shm, e.g. '16Gi'")
+    timeout_s: int = Field(0, ge=0, description="0 means no timeout")
+    retries: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _accelerator_pair(self) -> StageResources:
+        if self.accelerator_count and not self.accelerator_type:
+            raise ValueError("accelerator_count needs accelerator_type")
+        return self
+
+
+class PVCConfig(Strict):
+    name: str
+    mount_path: str
+
+
+class SecretEnv(Strict):
+    secret: str
+    env: dict[str, str] = Field(description="secret key -> environment variable")
+
+
+class InfraConfig(Strict):
+    name: str
+    image: str = Field(description="container image with harnessrl installed, for cluster runs")
+    pipeline_root: str | None = Field(None, description="s3://... or a PVC path for artifacts")
+    pvc: PVCConfig | None = None
+    secrets: list[SecretEnv] = []
+    resources: dict[str, StageResources] = Field(description="per stage; the key 'default' applies to all")
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> InfraConfig:
+        unknown = set(self.resources) - set(STAGES) - {"default"}
+        if unknown:
+            raise ValueError(f"resources has unknown stage(s) {sorted(unknown)}; known: {list(STAGES)}")
+        return self
+
+    def for_stage(self, stage: str) -> StageResources:
+        """The stage's own entry, else the default, else nothing requested."""
+        return self.resources.get(stage) or self.resources.get("default") or StageResources()
+
+
+# ----------------------------------------------------------------------------- the whole recipe
+
+
+class Config(Strict):
+    name: str = Field(description="recipe name")
+    seed: int = 0
+    model: ModelConfig
+    data: DataConfig
+    stages: StagesConfig
+    reward: RewardConfig
+    engine: EngineConfig
+    infra: InfraConfig
+
+    def enabled_stages(self) -> list[str]:
+        """Stage names in chain order; `base` always runs."""
+        return ["base"] + [s for s in STAGES[1:] if getattr(self.stages, s).enabled]
+
+    def stage_slice(self, stage: str) -> dict[str, Any]:
+        """Just what one stage reads. Passing only this to a task keeps the pipeline cache exact:
+        changing one stage's config re-runs that stage (and, through its new output, those after it)."""
+        common = {"name": self.name, "seed": self.seed, "model": self.model.model_dump()}
+        if stage == "base":
+            return common | {"data": self.data.model_dump()}
+        out = common | {"stage": getattr(self.stages, stage).model_dump()}
+        if stage in ("rl", "long_horizon"):
+            out |= {"reward": self.reward.model_dump(), "engine": self.engine.model_dump()}
+        return out
+
+
+def config_hash(obj: Any) -> str:
+    """Stable sha256 of a JSON-able object (sorted keys)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- composing
+
+
+class ConfigError(ValueError):
+    """A bad recipe or override. `str(err)` is one line naming the dotted field."""
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Compose conf/config.yaml with Hydra overrides, resolve, validate. Raises ConfigError."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingConfigException as e:
+        raise ConfigError(_one_line_missing_option(e)) from None
+    except MissingMandatoryValue as e:
+        raise ConfigError(f"{e.full_key}: missing required value (set it with {e.full_key}=...)") from None
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_first_line(str(e))) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return validate(raw)
+
+
+def validate(raw: Any) -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_one_line_validation(e)) from None
+
+
+def _one_line_validation(e: ValidationError) -> str:
+    err = e.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "<root>"
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "missing required value"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+        if "input" in err and not isinstance(err["input"], dict | list):
+            msg += f" (got {err['input']!r})"
+    more = len(e.errors()) - 1
+    return f"{field}: {msg}" + (f" (+{more} more error{'s' * (more > 1)})" if more else "")
+
+
+def _one_line_missing_option(e: Exception) -> str:
+    # Hydra says "In 'config': Could not find 'model/medium'"; list the options from conf/ itself.
+    m = re.search(r"Could not find '([^']+)'", str(e))
+    if not m or "/" not in m.group(1):
+        return _first_line(str(e))
+    group, _, option = m.group(1).rpartition("/")
+    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    return f"{group.replace('/', '.')}: unknown option {option!r} (available: {', '.join(options)})"
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "invalid config"
+    # Hydra names an unknown key as "Could not override 'x.y'": say it in our words.
+    if line.startswith("Could not override '"):
+        key = line.split("'")[1]
+        return f"{key}: unknown field (no such key in the recipe; to add one use +{key}=...)"
+    return line

@@ -1,0 +1,30 @@
+"""Metrics as JSONL, one row per step, flushed as written so a crash loses at most one row."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class MetricsWriter:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = path.open("a")
+
+    def write(self, row: dict) -> None:
+        self._f.write(json.dumps({"time": round(time.time(), 3), **row}) + "\n")
+        self._f.flush()
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._f.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

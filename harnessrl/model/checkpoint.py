@@ -1,0 +1,57 @@
+"""Build, load and save causal LMs in Hugging Face format. Nothing is ever fetched from a hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedModel, Qwen2Config
+
+from harnessrl.config import ArchConfig
+from harnessrl.model.tokenizer import PAD
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is missing, incomplete or unreadable; the message names the path."""
+
+
+def build_from_arch(arch: ArchConfig, pad_token_id: int, seed: int) -> PreTrainedModel:
+    """A randomly initialised Qwen2 or Llama causal LM of the given dimensions."""
+    config_cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch.family]
+    config = config_cls(
+        vocab_size=arch.vocab_size,
+        hidden_size=arch.hidden_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads,
+        intermediate_size=arch.intermediate_size,
+        max_position_embeddings=arch.max_position_embeddings,
+        tie_word_embeddings=arch.tie_word_embeddings,
+        pad_token_id=pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def load(path: Path | str, dtype: str = "float32") -> tuple[PreTrainedModel, object]:
+    """Model and tokenizer from a local HF folder, with a clear error for anything missing."""
+    path = Path(path)
+    for needed in ("config.json", "tokenizer_config.json"):
+        if not (path / needed).is_file():
+            raise CheckpointError(f"{path}: not a Hugging Face checkpoint ({needed} is missing)")
+    if not any(path.glob("*.safetensors")):
+        raise CheckpointError(f"{path}: no *.safetensors weights")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot load checkpoint: {e}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or PAD
+    return model, tok
+
+
+def save(model: PreTrainedModel, tok: object, out: Path) -> None:
+    """HF safetensors weights, config and tokenizer (with its chat template) into `out`."""
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)

@@ -1,0 +1,51 @@
+"""The stage contract, shared by every component.
+
+A stage takes its config slice, the previous stage's checkpoint and the data folder, and writes one
+output folder: the checkpoint (HF format where it is a model), `metrics.jsonl`, and `manifest.json`
+written last. The folder appears only when complete (atomic rename), so a killed stage never leaves
+a half-written checkpoint that a later stage, or a cache, could take for done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harnessrl.io import atomic_dir
+from harnessrl.lineage.manifest import write_manifest
+
+
+@dataclass(frozen=True)
+class StageContext:
+    cfg: dict  # the stage's config slice (see Config.stage_slice)
+    parent: Path | None  # previous stage's checkpoint; None for `base`
+    out: Path  # where to write; renamed into place when the stage returns
+    data_dir: Path
+
+
+# The one number per stage that the run summary shows.
+KEY_METRIC = {"base": "params", "cpt": "loss", "sft": "loss", "rl": "reward", "long_horizon": "reward", "eval": "success"}
+
+
+def run_stage(stage: str, work: Callable[[StageContext], dict], config_json: str, data_dir: str,
+              data_md5: str, parent: str | None, out: str) -> float:
+    """Run one stage's `work` into a temp folder, write its manifest, move it into place."""
+    cfg = json.loads(config_json)
+    torch.manual_seed(cfg["seed"])
+    torch.set_num_threads(max(1, int(os.environ.get("HARNESSRL_THREADS", os.cpu_count() or 1))))
+    started = time.time()
+    print(f"[{stage}] start: parent={parent or '-'} data={data_dir}", flush=True)
+    with atomic_dir(out) as tmp:
+        ctx = StageContext(cfg=cfg, parent=Path(parent) if parent else None, out=tmp, data_dir=Path(data_dir))
+        metrics = work(ctx)
+        metrics["seconds"] = round(time.time() - started, 2)
+        write_manifest(tmp, stage=stage, config=cfg, parent=ctx.parent, data_md5=data_md5, metrics=metrics,
+                       started=started, seed=cfg["seed"])
+    print(f"[{stage}] done in {time.time() - started:.1f}s: {json.dumps(metrics)}", flush=True)
+    return float(metrics[KEY_METRIC[stage]])
