@@ -5,8 +5,6 @@ builds a randomly initialised model from config. A real recipe validates a local
 links its files into the checkpoint, so lineage starts from the exact bytes that were loaded.
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path
@@ -15,12 +13,14 @@ from kfp.dsl import Model, Output
 
 from harnessrl.config import ModelConfig
 from harnessrl.data.build import corpus_files, read_jsonl
-from harnessrl.model.checkpoint import build_from_arch, load, save
-from harnessrl.model.tokenizer import PAD, as_hf, segments, train_bpe
 from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.model.checkpoint import build_from_arch, load, save
+    from harnessrl.model.tokenizer import PAD, as_hf, segments, train_bpe
+
     model_cfg = ModelConfig.model_validate(ctx.cfg["model"])
     if model_cfg.path is not None:
         model, _ = load(model_cfg.path, model_cfg.dtype)  # fails with the path named if unusable

@@ -4,8 +4,6 @@ Until its own issue lands, it runs the RL stage's loop under its own config (a f
 policy-gradient phase); the summarization trigger and the long-horizon suite plug in here.
 """
 
-from __future__ import annotations
-
 from kfp.dsl import Input, Model, Output
 
 from components import rl
@@ -17,8 +15,9 @@ def work(ctx: StageContext) -> dict:
     return rl.work(ctx, LongHorizonConfig, tag="long_horizon")
 
 
-def long_horizon(config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model],
-                 checkpoint: Output[Model]) -> float:
+def long_horizon(
+    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+) -> float:
     """KFP component: long-horizon RL."""
     from components.long_horizon_rl import work
     from harnessrl.stage import run_stage

@@ -1,27 +1,38 @@
 """Stage 3, RL: policy gradients with rewards from running the policy's calls in the task's repo."""
 
-from __future__ import annotations
-
 from kfp.dsl import Input, Model, Output
 
 from harnessrl.config import RewardConfig, RLConfig
 from harnessrl.data.build import read_jsonl
-from harnessrl.model.checkpoint import load, save
-from harnessrl.rl.loop import train_rl
 from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
+    # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.model.checkpoint import load, save
+    from harnessrl.rl.loop import train_rl
+
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
     tasks = read_jsonl(ctx.data_dir / "prompts.jsonl")
-    last = train_rl(model, tok, tasks, cfg, RewardConfig.model_validate(ctx.cfg["reward"]), ctx.data_dir / "repos",
-                    ctx.out / "metrics.jsonl", tag, ctx.cfg["seed"])
+    last = train_rl(
+        model,
+        tok,
+        tasks,
+        cfg,
+        RewardConfig.model_validate(ctx.cfg["reward"]),
+        ctx.data_dir / "repos",
+        ctx.out / "metrics.jsonl",
+        tag,
+        ctx.cfg["seed"],
+    )
     save(model, tok, ctx.out)
     return {"reward": last["reward"], "success": last["success"], "malformed": last["malformed"], "steps": cfg.steps}
 
 
-def rl(config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]) -> float:
+def rl(
+    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+) -> float:
     """KFP component: RL in the harness."""
     from components.rl import work
     from harnessrl.stage import run_stage

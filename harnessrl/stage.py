@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from harnessrl.io import atomic_dir
 from harnessrl.lineage.manifest import write_manifest
 
@@ -30,12 +28,28 @@ class StageContext:
 
 
 # The one number per stage that the run summary shows.
-KEY_METRIC = {"base": "params", "cpt": "loss", "sft": "loss", "rl": "reward", "long_horizon": "reward", "eval": "success"}
+KEY_METRIC = {
+    "base": "params",
+    "cpt": "loss",
+    "sft": "loss",
+    "rl": "reward",
+    "long_horizon": "reward",
+    "eval": "success",
+}
 
 
-def run_stage(stage: str, work: Callable[[StageContext], dict], config_json: str, data_dir: str,
-              data_md5: str, parent: str | None, out: str) -> float:
+def run_stage(
+    stage: str,
+    work: Callable[[StageContext], dict],
+    config_json: str,
+    data_dir: str,
+    data_md5: str,
+    parent: str | None,
+    out: str,
+) -> float:
     """Run one stage's `work` into a temp folder, write its manifest, move it into place."""
+    import torch  # here, not at import: the DAG builder imports this module and must stay light
+
     cfg = json.loads(config_json)
     torch.manual_seed(cfg["seed"])
     torch.set_num_threads(max(1, int(os.environ.get("HARNESSRL_THREADS", os.cpu_count() or 1))))
@@ -45,7 +59,15 @@ def run_stage(stage: str, work: Callable[[StageContext], dict], config_json: str
         ctx = StageContext(cfg=cfg, parent=Path(parent) if parent else None, out=tmp, data_dir=Path(data_dir))
         metrics = work(ctx)
         metrics["seconds"] = round(time.time() - started, 2)
-        write_manifest(tmp, stage=stage, config=cfg, parent=ctx.parent, data_md5=data_md5, metrics=metrics,
-                       started=started, seed=cfg["seed"])
+        write_manifest(
+            tmp,
+            stage=stage,
+            config=cfg,
+            parent=ctx.parent,
+            data_md5=data_md5,
+            metrics=metrics,
+            started=started,
+            seed=cfg["seed"],
+        )
     print(f"[{stage}] done in {time.time() - started:.1f}s: {json.dumps(metrics)}", flush=True)
     return float(metrics[KEY_METRIC[stage]])

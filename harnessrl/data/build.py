@@ -21,11 +21,49 @@ from pathlib import Path
 from harnessrl.config import DataConfig
 from harnessrl.io import atomic_dir
 
-WORDS = (
-    "alpha beta gamma delta cache queue token parser buffer frame packet router index table "
-    "vector matrix graph node edge stream batch shard replica lease window budget score limit "
-    "retry timeout worker config engine loader writer reader sink source filter mapper reducer"
-).split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "cache",
+    "queue",
+    "token",
+    "parser",
+    "buffer",
+    "frame",
+    "packet",
+    "router",
+    "index",
+    "table",
+    "vector",
+    "matrix",
+    "graph",
+    "node",
+    "edge",
+    "stream",
+    "batch",
+    "shard",
+    "replica",
+    "lease",
+    "window",
+    "budget",
+    "score",
+    "limit",
+    "retry",
+    "timeout",
+    "worker",
+    "config",
+    "engine",
+    "loader",
+    "writer",
+    "reader",
+    "sink",
+    "source",
+    "filter",
+    "mapper",
+    "reducer",
+]
 
 SYSTEM_PROMPT = "You are a coding agent. Use tools to inspect the repository, then answer."
 
@@ -75,7 +113,7 @@ def _module(rng: random.Random, used: set[str]) -> tuple[list[str], list[tuple[s
         f"    def __init__(self, {attr}: int) -> None:",
         f"        self.{attr} = {attr}",
         "",
-        f"    def scaled(self, k: int) -> int:",
+        "    def scaled(self, k: int) -> int:",
         f"        return self.{attr} * k",
         "",
     ]
@@ -110,7 +148,8 @@ def expert_conversation(repo: str, const: Constant) -> list[dict]:
     """What a good agent does: one grep for the definition, then the value as the answer."""
     call = {"name": "grep", "arguments": {"pattern": f"^{const.name} ="}}
     hit = f"{const.path}:{const.line}:{const.name} = {const.value}"
-    return lookup_prompt(repo, const) + [
+    return [
+        *lookup_prompt(repo, const),
         {"role": "assistant", "content": f"<tool_call>{json.dumps(call)}</tool_call>"},
         {"role": "tool", "content": hit},
         {"role": "assistant", "content": str(const.value)},

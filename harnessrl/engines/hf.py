@@ -9,8 +9,9 @@ from harnessrl.model.tokenizer import EOS, IM_END
 
 
 @torch.no_grad()
-def generate(model: PreTrainedModel, tok, prompts: list[list[int]], max_new_tokens: int,
-             temperature: float, seed: int) -> list[list[int]]:
+def generate(
+    model: PreTrainedModel, tok, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int
+) -> list[list[int]]:
     """Sample one completion per prompt (greedy when temperature == 0); returns the new token ids,
     ending at and including the turn's end marker when the model emits it."""
     stop = [tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)]
@@ -20,14 +21,19 @@ def generate(model: PreTrainedModel, tok, prompts: list[list[int]], max_new_toke
     x = torch.full((len(prompts), width), pad)
     attn = torch.zeros_like(x)
     for i, p in enumerate(prompts):
-        x[i, width - len(p):] = torch.tensor(p)
-        attn[i, width - len(p):] = 1
+        x[i, width - len(p) :] = torch.tensor(p)
+        attn[i, width - len(p) :] = 1
     torch.manual_seed(seed)
     out = model.generate(
-        input_ids=x, attention_mask=attn, max_new_tokens=max_new_tokens,
-        do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-        top_k=0 if temperature > 0 else None, top_p=1.0 if temperature > 0 else None,
-        eos_token_id=stop, pad_token_id=pad,
+        input_ids=x,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=temperature > 0,
+        temperature=temperature if temperature > 0 else None,
+        top_k=0 if temperature > 0 else None,
+        top_p=1.0 if temperature > 0 else None,
+        eos_token_id=stop,
+        pad_token_id=pad,
     )
     completions = []
     for row in out[:, width:].tolist():

@@ -26,8 +26,11 @@ CODE_DIRS = ("harnessrl", "components", "pipelines", "conf")
 def code_commit() -> dict[str, Any]:
     """The git commit of the code and whether the tree had uncommitted changes."""
     try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout  # noqa: E731
-        return {"commit": run("rev-parse", "HEAD").strip(), "dirty": bool(run("status", "--porcelain", "--", *CODE_DIRS).strip())}
+        run = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+        return {
+            "commit": run("rev-parse", "HEAD").strip(),
+            "dirty": bool(run("status", "--porcelain", "--", *CODE_DIRS).strip()),
+        }
     except (OSError, subprocess.CalledProcessError):
         return {"commit": "unknown", "dirty": None}
 
@@ -52,8 +55,18 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def write_manifest(ckpt: Path, *, stage: str, config: dict, parent: Path | None, data_md5: str | None,
-                   metrics: dict, started: float, seed: int, world_size: int = 1) -> dict:
+def write_manifest(
+    ckpt: Path,
+    *,
+    stage: str,
+    config: dict,
+    parent: Path | None,
+    data_md5: str | None,
+    metrics: dict,
+    started: float,
+    seed: int,
+    world_size: int = 1,
+) -> dict:
     """Hash the finished checkpoint folder and write its manifest last, atomically."""
     parent_manifest = read_manifest(parent) if parent is not None else None
     manifest = {

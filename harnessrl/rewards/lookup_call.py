@@ -23,7 +23,11 @@ def parse_single_call(text: str) -> dict | None:
         call = json.loads(m.group(1))
     except json.JSONDecodeError:
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
+    if (
+        not isinstance(call, dict)
+        or not isinstance(call.get("name"), str)
+        or not isinstance(call.get("arguments"), dict)
+    ):
         return None
     return call
 

@@ -34,8 +34,17 @@ def sequence_logprobs(model: nn.Module, prompt: list[int], completion: list[int]
     return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)
 
 
-def train_rl(model: nn.Module, tok, tasks: list[dict], cfg: RLConfig, reward: RewardConfig, repos: Path,
-             metrics_path: Path, tag: str, seed: int) -> dict:
+def train_rl(
+    model: nn.Module,
+    tok,
+    tasks: list[dict],
+    cfg: RLConfig,
+    reward: RewardConfig,
+    repos: Path,
+    metrics_path: Path,
+    tag: str,
+    seed: int,
+) -> dict:
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     last: dict = {}
@@ -47,13 +56,16 @@ def train_rl(model: nn.Module, tok, tasks: list[dict], cfg: RLConfig, reward: Re
             flat = [p for p in prompts for _ in range(cfg.group_size)]
             model.eval()
             completions = generate(model, tok, flat, cfg.max_new_tokens, cfg.temperature, seed * 100_003 + step)
-            scores = [score(tok.decode(c), t, repos) for c, t in zip(completions, [t for t in batch for _ in range(cfg.group_size)])]
+            scores = [
+                score(tok.decode(c), t, repos)
+                for c, t in zip(completions, [t for t in batch for _ in range(cfg.group_size)], strict=False)
+            ]
             rewards = torch.tensor([reward.outcome * s["success"] + reward.malformed * s["malformed"] for s in scores])
             adv = group_advantages(rewards, cfg.group_size)
 
             model.train()
             n_tokens = sum(len(c) for c in completions)
-            for p, c, a in zip(flat, completions, adv.tolist()):
+            for p, c, a in zip(flat, completions, adv.tolist(), strict=False):
                 if c and a != 0.0:
                     (-(a * sequence_logprobs(model, p, c)).sum() / n_tokens).backward()
             grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
@@ -62,12 +74,19 @@ def train_rl(model: nn.Module, tok, tasks: list[dict], cfg: RLConfig, reward: Re
 
             dt = time.perf_counter() - t0
             last = {
-                "step": step + 1, "reward": float(rewards.mean()), "success": sum(s["success"] for s in scores) / len(scores),
-                "malformed": sum(s["malformed"] for s in scores) / len(scores), "grad_norm": grad_norm,
-                "tokens_per_s": n_tokens / dt, "policy_version": step + 1,
+                "step": step + 1,
+                "reward": float(rewards.mean()),
+                "success": sum(s["success"] for s in scores) / len(scores),
+                "malformed": sum(s["malformed"] for s in scores) / len(scores),
+                "grad_norm": grad_norm,
+                "tokens_per_s": n_tokens / dt,
+                "policy_version": step + 1,
             }
             log.write(last)
-            print(f"{tag} step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                  f"malformed {last['malformed']:.2f} {last['tokens_per_s']:,.0f} tok/s", flush=True)
+            print(
+                f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
+                f"malformed {last['malformed']:.2f} {last['tokens_per_s']:,.0f} tok/s",
+                flush=True,
+            )
     model.eval()
     return last

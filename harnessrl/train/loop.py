@@ -45,7 +45,9 @@ def packed_batches(tokens: list[int], cfg: TrainConfig, seed: int) -> Iterator[B
             yield x, x.clone()  # HF shifts labels inside the model
 
 
-def masked_batches(samples: list[tuple[list[int], list[bool]]], cfg: TrainConfig, pad_id: int, seed: int) -> Iterator[Batch]:
+def masked_batches(
+    samples: list[tuple[list[int], list[bool]]], cfg: TrainConfig, pad_id: int, seed: int
+) -> Iterator[Batch]:
     """Endless batches of conversations, right-padded; only assistant tokens carry labels (SFT)."""
     g = torch.Generator().manual_seed(seed)
     while True:
@@ -87,7 +89,10 @@ def train(model: nn.Module, batches: Iterator[Batch], cfg: TrainConfig, metrics_
             last = {"step": step + 1, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / dt}
             log.write(last)
             if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-                print(f"{tag} step {step + 1}/{cfg.steps} loss {loss_sum:.4f} lr {lr:.2e} "
-                      f"gnorm {grad_norm:.2f} {tokens / dt:,.0f} tok/s", flush=True)
+                print(
+                    f"[{tag}] step {step + 1}/{cfg.steps} loss {loss_sum:.4f} lr {lr:.2e} "
+                    f"gnorm {grad_norm:.2f} {tokens / dt:,.0f} tok/s",
+                    flush=True,
+                )
     model.eval()
     return last

@@ -1,0 +1,108 @@
+"""The recipe's chain as one KFP v2 pipeline.
+
+base -> cpt -> sft -> rl -> long_horizon -> eval, minus the stages the recipe turns off: a stage
+takes the checkpoint of the previous *enabled* stage. Every task gets only its own config slice,
+the data's md5 and the code's hash as inputs, so kfp's cache re-runs exactly what changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kfp import dsl, kubernetes
+
+from components.base import base
+from components.cpt import cpt
+from components.evaluate import evaluate
+from components.long_horizon_rl import long_horizon
+from components.rl import rl
+from components.sft import sft
+from harnessrl.config import Config, InfraConfig, StageResources
+
+STAGE_FUNCS: dict[str, Callable] = {
+    "base": base,
+    "cpt": cpt,
+    "sft": sft,
+    "rl": rl,
+    "long_horizon": long_horizon,
+    "eval": evaluate,
+}
+# The output each stage hands on: a model checkpoint, except eval's report.
+OUTPUT_NAME = {stage: "checkpoint" for stage in STAGE_FUNCS} | {"eval": "report"}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every task sees besides its config slice. Paths are as the tasks will see them."""
+
+    data_dir: str
+    data_md5: str
+    code_hash: str
+
+
+def pipeline_name(cfg: Config) -> str:
+    return f"harnessrl-{cfg.name}".replace("_", "-")
+
+
+def build_pipeline(cfg: Config, inputs: Inputs) -> Callable:
+    """A @dsl.pipeline function for this recipe. Calling it under kfp.local runs it; compiling it
+    gives the IR that the cluster runs: the same DAG either way."""
+    # The image already holds harnessrl and kfp: no pip install at task start.
+    components = {
+        s: dsl.component(STAGE_FUNCS[s], base_image=cfg.infra.image, install_kfp_package=False)
+        for s in cfg.enabled_stages()
+    }
+
+    def pipeline():
+        prev = None
+        for stage in cfg.enabled_stages():
+            args = dict(
+                config=json.dumps(cfg.stage_slice(stage), sort_keys=True),
+                data_dir=inputs.data_dir,
+                data_md5=inputs.data_md5,
+                code_hash=inputs.code_hash,
+            )
+            if prev is not None:
+                args["parent"] = prev.outputs["checkpoint"]
+            task = components[stage](**args).set_display_name(stage)
+            schedule(task, cfg.infra.for_stage(stage), cfg.infra)
+            prev = task
+        return prev.outputs[OUTPUT_NAME[stage]]
+
+    # The pipeline's output is the last stage's: its manifest chain leads to every checkpoint.
+    pipeline.__annotations__["return"] = dsl.Artifact if cfg.stages.eval.enabled else dsl.Model
+    return dsl.pipeline(
+        pipeline,
+        name=pipeline_name(cfg),
+        description=f"harnessrl recipe {cfg.name}",
+        pipeline_root=cfg.infra.pipeline_root,
+    )
+
+
+def schedule(task: dsl.PipelineTask, res: StageResources, infra: InfraConfig) -> None:
+    """Kubernetes placement and limits from config. The local runner ignores them; the IR keeps them."""
+    for key, value in res.node_selector.items():
+        kubernetes.add_node_selector(task, label_key=key, label_value=value)
+    for t in res.tolerations:
+        kubernetes.add_toleration(task, key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+    if res.accelerator_type:
+        task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerator_count)
+    if res.cpu:
+        task.set_cpu_request(res.cpu)
+    if res.memory:
+        task.set_memory_request(res.memory)
+    if res.shm_size:
+        # PyTorch workers share tensors through /dev/shm, which defaults to 64 MiB in a pod.
+        kubernetes.empty_dir_mount(
+            task, volume_name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=res.shm_size
+        )
+    if infra.pvc:
+        kubernetes.mount_pvc(task, pvc_name=infra.pvc.name, mount_path=infra.pvc.mount_path)
+    for s in infra.secrets:
+        kubernetes.use_secret_as_env(task, secret_name=s.secret, secret_key_to_env=s.env)
+    if res.timeout_s:
+        kubernetes.set_timeout(task, res.timeout_s)
+    if res.retries:
+        task.set_retry(num_retries=res.retries, backoff_duration="30s", backoff_factor=2.0)
