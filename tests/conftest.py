@@ -1,0 +1,39 @@
+"""Shared fixtures. End-to-end runs go through the same CLI a researcher uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harnessrl.cli import main
+
+SMOKE = ["recipe=tiny_smoke"]
+
+
+def run_cli(*args: str) -> int:
+    return main([*args])
+
+
+def summary(run_dir: Path) -> dict[str, dict]:
+    """The run's summary rows by stage."""
+    rows = json.loads((run_dir / "summary.json").read_text())["stages"]
+    return {r["stage"]: r for r in rows}
+
+
+@pytest.fixture(scope="session")
+def smoke_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A data folder and kfp pipeline root shared by the end-to-end tests of one session."""
+    root = tmp_path_factory.mktemp("smoke")
+    return {"root": root, "data": root / "data", "kfp": root / "kfp"}
+
+
+@pytest.fixture(scope="session")
+def smoke_run(smoke_env: dict[str, Path]) -> Path:
+    """The tiny smoke recipe run once, uncached, through kfp's local runner."""
+    run_dir = smoke_env["root"] / "run-first"
+    rc = run_cli("run", *SMOKE, f"data.dir={smoke_env['data']}", "--output-dir", str(run_dir),
+                 "--pipeline-root", str(smoke_env["kfp"]))
+    assert rc == 0
+    return run_dir

@@ -1,0 +1,116 @@
+"""Recipes compose and validate; every kind of bad override is one clear line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harnessrl.cli import main
+from harnessrl.config import CONF_DIR, Config, ConfigError, compose
+
+RECIPES = sorted(p.stem for p in (CONF_DIR / "recipe").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_shipped_recipe_composes_and_validates(recipe: str) -> None:
+    cfg = compose([f"recipe={recipe}"])
+    assert cfg.name == recipe
+    assert cfg.enabled_stages()[0] == "base"
+    assert Config.model_validate(cfg.model_dump()) == cfg  # the dump round-trips
+
+
+def test_default_recipe_is_tiny_and_builds_a_model_from_config() -> None:
+    cfg = compose([])
+    assert cfg.name == "tiny"
+    assert cfg.model.path is None and cfg.model.arch is not None
+    assert cfg.enabled_stages() == ["base", "cpt", "sft", "rl", "long_horizon", "eval"]
+
+
+def test_gpu_recipe_expresses_cluster_settings() -> None:
+    cfg = compose(["recipe=qwen_coder_7b"])
+    assert cfg.model.path and cfg.model.path.startswith("/")  # a local path, never a hub id
+    train = cfg.infra.for_stage("cpt")
+    assert train.accelerator_count == 8 and train.accelerator_type == "nvidia.com/gpu"
+    assert train.cpu and train.memory and train.node_selector and train.tolerations
+    assert cfg.stages.cpt.zero_stage == 3
+    assert cfg.engine.kind == "vllm" and cfg.engine.tensor_parallel_size >= 1
+    assert cfg.stages.rl.rollout_workers > 1 and cfg.stages.rl.env_workers > 1
+
+
+BAD_OVERRIDES = [
+    # (override, field named, words of what was expected)
+    ("stages.cpt.lrr=0.1", "stages.cpt.lrr", "unknown field"),
+    ("+stages.cpt.lrr=0.1", "stages.cpt.lrr", "unknown field"),
+    ("stages.cpt.steps=many", "stages.cpt.steps", "valid integer"),
+    ("stages.cpt.steps=0", "stages.cpt.steps", "greater than 0"),
+    ("stages.rl.clip_low=1.5", "stages.rl.clip_low", "less than 1"),
+    ("stages.cpt.schedule=wavy", "stages.cpt.schedule", "'cosine', 'linear' or 'constant'"),
+    ("model=medium", "model", "unknown option 'medium'"),
+    ("recipe=huge", "recipe", "available: qwen_coder_7b, tiny, tiny_smoke"),
+    ("model.name=???", "model.name", "missing required value"),
+    ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
+    ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
+]
+
+
+@pytest.mark.parametrize(("override", "field", "expected"), BAD_OVERRIDES)
+def test_bad_override_names_the_field(override: str, field: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    message = str(err.value)
+    assert message.startswith(f"{field}: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("command", ["run", "compile", "validate", "show"])
+def test_cli_exits_2_with_one_line_and_writes_nothing(command: str, tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "existing-run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text('{"keep": true}')
+    before = {p: p.read_bytes() for p in run_dir.rglob("*")}
+    args = {
+        "run": ["run", "stages.cpt.steps=-3", "--output-dir", str(run_dir), "--pipeline-root", str(tmp_path / "k")],
+        "compile": ["compile", "stages.cpt.steps=-3", "-o", str(tmp_path / "p.yaml")],
+        "validate": ["config", "validate", "stages.cpt.steps=-3"],
+        "show": ["config", "show", "stages.cpt.steps=-3"],
+    }[command]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["harnessrl: error: stages.cpt.steps: Input should be greater than 0 (got -3)"]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*")} == before
+    assert not (tmp_path / "k").exists() and not (tmp_path / "p.yaml").exists()
+
+
+def test_console_script_exit_codes() -> None:
+    ok = subprocess.run([sys.executable, "-m", "harnessrl.cli", "config", "validate", "recipe=qwen_coder_7b"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "harnessrl.cli", "config", "validate", "model=nope"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "harnessrl: error: model: unknown option 'nope' (available: qwen_coder_7b, tiny)"
+
+
+def test_config_show_prints_resolved_yaml_and_schema_is_json(capsys) -> None:
+    import yaml
+
+    assert main(["config", "show", "stages.rl.steps=7"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["stages"]["rl"]["steps"] == 7
+    assert compose(["stages.rl.steps=7"]) == Config.model_validate(shown)
+    assert main(["config", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) >= {"model", "data", "stages", "reward", "engine", "infra"}
+
+
+def test_stage_slices_keep_other_stages_config_out() -> None:
+    a, b = compose([]), compose(["stages.rl.lr=0.001"])
+    for stage in ("base", "cpt", "sft", "long_horizon", "eval"):
+        assert a.stage_slice(stage) == b.stage_slice(stage)
+    assert a.stage_slice("rl") != b.stage_slice("rl")

@@ -1,0 +1,72 @@
+"""The tiny smoke recipe end to end through kfp's local runner: outputs, cache hits, partial re-runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harnessrl.lineage.manifest import chain, read_manifest
+from tests.conftest import SMOKE, run_cli, summary
+
+pytestmark = pytest.mark.slow
+STAGES = ["base", "cpt", "sft", "rl", "long_horizon", "eval"]
+
+
+def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: Path) -> None:
+    rows = summary(smoke_run)
+    assert list(rows) == STAGES
+    assert all(r["state"] == "done" for r in rows.values())
+    for stage in STAGES[:-1]:
+        ckpt = smoke_run / "checkpoints" / stage
+        assert (ckpt / "config.json").is_file() and (ckpt / "model.safetensors").is_file()
+        assert (ckpt / "tokenizer.json").is_file()
+        m = read_manifest(ckpt)
+        assert m["stage"] == stage and len(m["config_hash"]) == 64
+        assert m["code"]["commit"] and len(m["code"]["hash"]) == 64
+        assert m["data_md5"].endswith(".dir")
+    for stage in ("cpt", "sft", "rl", "long_horizon"):
+        rows_ = [json.loads(x) for x in (smoke_run / "checkpoints" / stage / "metrics.jsonl").read_text().splitlines()]
+        assert len(rows_) == {"cpt": 3, "sft": 3, "rl": 2, "long_horizon": 1}[stage]
+        assert all("grad_norm" in r for r in rows_)
+    # Parents chain back to the base model, in stage order.
+    lineage = chain(smoke_run / "checkpoints" / "eval")
+    assert [m["stage"] for _, m in lineage] == STAGES[::-1]
+    assert lineage[-1][1]["parent"] is None
+    report = json.loads((smoke_run / "checkpoints" / "eval" / "report.json").read_text())
+    assert [r["stage"] for r in report["results"]] == STAGES[:-1]
+    assert (smoke_run / "config.yaml").is_file() and (smoke_run / "kfp.log").is_file()
+
+
+def test_rerun_with_nothing_changed_is_served_from_the_cache(smoke_run: Path, smoke_env: dict) -> None:
+    again = smoke_env["root"] / "run-cached"
+    assert run_cli("run", *SMOKE, f"data.dir={smoke_env['data']}", "--output-dir", str(again),
+                   "--pipeline-root", str(smoke_env["kfp"])) == 0
+    first, second = summary(smoke_run), summary(again)
+    assert all(r["state"] == "cached" for r in second.values())
+    assert {s: r["checkpoint"] for s, r in second.items()} == {s: r["checkpoint"] for s, r in first.items()}
+
+
+def test_changing_one_stage_reruns_it_and_those_after_only(smoke_run: Path, smoke_env: dict) -> None:
+    changed = smoke_env["root"] / "run-rl-changed"
+    assert run_cli("run", *SMOKE, "stages.rl.lr=0.0005", f"data.dir={smoke_env['data']}", "--output-dir",
+                   str(changed), "--pipeline-root", str(smoke_env["kfp"])) == 0
+    rows = summary(changed)
+    assert {s: r["state"] for s, r in rows.items()} == {
+        "base": "cached", "cpt": "cached", "sft": "cached", "rl": "done", "long_horizon": "done", "eval": "done",
+    }
+    first = summary(smoke_run)
+    assert rows["sft"]["checkpoint"] == first["sft"]["checkpoint"]
+    assert rows["rl"]["checkpoint"] != first["rl"]["checkpoint"]
+    assert read_manifest(Path(rows["rl"]["checkpoint"]))["config"]["stage"]["lr"] == 0.0005
+
+
+def test_disabled_stages_are_skipped_and_bridged(smoke_run: Path, smoke_env: dict) -> None:
+    out = smoke_env["root"] / "run-no-rl"
+    assert run_cli("run", *SMOKE, "stages.rl.enabled=false", "stages.long_horizon.enabled=false",
+                   f"data.dir={smoke_env['data']}", "--output-dir", str(out), "--pipeline-root", str(smoke_env["kfp"])) == 0
+    rows = summary(out)
+    assert list(rows) == ["base", "cpt", "sft", "eval"]
+    assert rows["eval"]["state"] == "done" and rows["sft"]["state"] == "cached"
+    assert read_manifest(Path(rows["eval"]["checkpoint"]))["parent"]["path"] == rows["sft"]["checkpoint"]
