@@ -212,12 +212,18 @@ def render_tools_prompt(tools: Mapping[str, Tool]) -> str:
     )
 
 
+def _call_json(name: str, arguments: dict[str, Any]) -> str:
+    s = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    # An argument containing a literal tag (e.g. editing this very file) would end the call early;
+    # "<" only occurs inside JSON strings here, so escaping it as \u003c keeps the JSON identical.
+    if _TAGS.search(s) or "think>" in s:
+        s = s.replace("<", "\\u003c")
+    return s
+
+
 def render_calls(calls: list[tuple[str, dict[str, Any]]]) -> str:
     """An assistant turn making these calls, as a model should write it (used by scripted policies)."""
-    return "\n".join(
-        f"{CALL_OPEN}\n{json.dumps({'name': n, 'arguments': a}, ensure_ascii=False)}\n{CALL_CLOSE}"
-        for n, a in calls
-    )
+    return "\n".join(f"{CALL_OPEN}\n{_call_json(n, a)}\n{CALL_CLOSE}" for n, a in calls)
 
 
 def render_tool_responses(outputs: list[str]) -> str:
