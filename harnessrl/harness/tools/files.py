@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,17 +18,19 @@ MAX_FILE_BYTES = 8 << 20  # refuse to read bigger files whole; the model should 
 
 
 def _read_text(real: Path) -> str:
+    # O_NONBLOCK: a FIFO planted by a command must not hang the harness; O_NOFOLLOW: no last-moment
+    # symlink swap after `confine` checked the path.
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ToolError("file not found") from None
-    except IsADirectoryError:
-        raise ToolError("is a directory; use list_dir") from None
     except OSError as e:  # ELOOP from O_NOFOLLOW, EACCES, ...
         raise ToolError(f"cannot open: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ToolError("is a directory; use list_dir" if stat.S_ISDIR(mode) else "not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not os.path.isfile(real):
-            raise ToolError("not a regular file")
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ToolError(f"file is larger than {MAX_FILE_BYTES} bytes; use grep to find what you need")

@@ -81,7 +81,9 @@ def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
     if args.keyword:
         cmd += ["-k", args.keyword]
-    res = _run(ctx, shlex.join([*cmd, "--", *paths]), args.timeout_s)
+    # No plugin autoload: the task's tests should not depend on (or pay ~2 s start-up for) whatever
+    # plugins the harness's own environment happens to have installed.
+    res = _run(ctx, "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths]), args.timeout_s)
     c = summarize_pytest(res.output)
     head = (f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} "
             f"skipped={c['skipped']}")
