@@ -57,7 +57,10 @@ def test_leading_think_block_is_set_aside():
 MALFORMED = {
     "unclosed": ('<tool_call>{"name": "list_dir", "arguments": {}}', "call 1: <tool_call> is never closed"),
     "unclosed_second": (call("list_dir") + '<tool_call>{"name": "list_dir"}', "call 2: <tool_call> is never"),
-    "nested_open": ('<tool_call><tool_call>{"name": "list_dir"}</tool_call>', "call 1: <tool_call> opened again"),
+    "nested_open": (
+        '<tool_call><tool_call>{"name": "list_dir"}</tool_call>',
+        "call 1: <tool_call> opened again",
+    ),
     "stray_close": ("all done </tool_call>", "stray </tool_call>"),
     "stray_close_after_call": (call("list_dir") + "</tool_call>", "after 1 complete calls"),
     "bad_json": ('<tool_call>{"name": "list_dir", "arguments": {</tool_call>', "call 1: invalid JSON"),
@@ -67,13 +70,24 @@ MALFORMED = {
     "missing_name": ('<tool_call>{"arguments": {}}</tool_call>', "call 1: missing 'name'"),
     "name_not_string": ('<tool_call>{"name": 3}</tool_call>', "call 1: 'name' must be a string"),
     "unknown_tool": (call("rm_rf", path="/"), "call 1: unknown tool 'rm_rf'"),
-    "extra_key": ('<tool_call>{"name": "list_dir", "arguments": {}, "id": 1}</tool_call>', "unexpected keys ['id']"),
-    "arguments_as_string": ('<tool_call>{"name": "list_dir", "arguments": "{}"}</tool_call>',
-                            "call 1: 'arguments' must be a JSON object, got str"),
-    "missing_required_arg": (call("edit_file", path="a", old_str="x"), "call 1 (edit_file): invalid arguments: new_str"),
+    "extra_key": (
+        '<tool_call>{"name": "list_dir", "arguments": {}, "id": 1}</tool_call>',
+        "unexpected keys ['id']",
+    ),
+    "arguments_as_string": (
+        '<tool_call>{"name": "list_dir", "arguments": "{}"}</tool_call>',
+        "call 1: 'arguments' must be a JSON object, got str",
+    ),
+    "missing_required_arg": (
+        call("edit_file", path="a", old_str="x"),
+        "call 1 (edit_file): invalid arguments: new_str",
+    ),
     "wrong_arg_type": (call("read_file", path=["a"]), "call 1 (read_file): invalid arguments: path"),
     "arg_out_of_range": (call("read_file", path="a", start_line=0), "start_line: Input should be greater"),
-    "unknown_arg": (call("read_file", path="a", encoding="latin1"), "encoding: Extra inputs are not permitted"),
+    "unknown_arg": (
+        call("read_file", path="a", encoding="latin1"),
+        "encoding: Extra inputs are not permitted",
+    ),
     "text_before_call": ("Let me look.\n" + call("list_dir"), "text outside the tool calls: 'Let me look.'"),
     "text_after_call": (call("list_dir") + "\nThe answer is 3.", "text outside the tool calls"),
     "model_writes_response": ("<tool_response>ok</tool_response>", "tool responses come from the harness"),
@@ -108,7 +122,10 @@ def test_errors_name_each_bad_call_and_all_of_them():
 
 
 def test_render_calls_round_trips():
-    calls = [("edit_file", {"path": "a.py", "old_str": "x = 1", "new_str": 'x = "<tool_call>"'}), ("list_dir", {})]
+    calls = [
+        ("edit_file", {"path": "a.py", "old_str": "x = 1", "new_str": 'x = "<tool_call>"'}),
+        ("list_dir", {}),
+    ]
     p = parse_turn(render_calls(calls), TOOLS)
     assert p.kind == "tool_calls" and [(c.name, c.arguments) for c in p.calls] == calls
 
@@ -119,7 +136,10 @@ def test_render_tools_openai_format():
         title: str
         count: int = 1
 
-    tools = {"read_file": ALL_TOOLS["read_file"], "titled": Tool("titled", "A tool.", TitleArgs, lambda c, a: "")}
+    tools = {
+        "read_file": ALL_TOOLS["read_file"],
+        "titled": Tool("titled", "A tool.", TitleArgs, lambda c, a: ""),
+    }
     out = render_tools(tools)
     assert [t["type"] for t in out] == ["function", "function"]
     fn = out[0]["function"]
@@ -136,7 +156,10 @@ def test_render_tools_openai_format():
 
 
 def test_render_tool_responses():
-    assert render_tool_responses(["a", "b"]) == "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"
+    assert (
+        render_tool_responses(["a", "b"])
+        == "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"
+    )
     assert tool_messages(["a"]) == [{"role": "tool", "content": "a"}]
 
 
@@ -146,24 +169,64 @@ def test_non_str_input_does_not_raise():
 
 
 def test_pathological_json_does_not_raise():
-    for body in ("[" * 200_000, '{"a":' * 50_000, "1" * 10_000, '{"name": "list_dir", "arguments": ' + "[" * 5000):
+    for body in (
+        "[" * 200_000,
+        '{"a":' * 50_000,
+        "1" * 10_000,
+        '{"name": "list_dir", "arguments": ' + "[" * 5000,
+    ):
         assert parse_turn(f"<tool_call>{body}</tool_call>", TOOLS).kind == "malformed"
 
 
 # -- fuzz ----------------------------------------------------------------------------------------
 
 FRAGMENTS = [
-    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>", "<tool_call",
-    "tool_call>", "{", "}", "[", "]", '"', ":", ",", "\n", " ", '"name"', '"arguments"', '"read_file"', '"path"',
-    '"list_dir"', "null", "true", "1e999", "-0", "\\u0000", "\\", "\x00", "é", "😀", "\ud800", "answer", "42",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<tool_call",
+    "tool_call>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ":",
+    ",",
+    "\n",
+    " ",
+    '"name"',
+    '"arguments"',
+    '"read_file"',
+    '"path"',
+    '"list_dir"',
+    "null",
+    "true",
+    "1e999",
+    "-0",
+    "\\u0000",
+    "\\",
+    "\x00",
+    "é",
+    "😀",
+    "\ud800",
+    "answer",
+    "42",
 ]
 
 
 def _valid_turns(rng):
     names = list(TOOLS)
     samples = {
-        "read_file": {"path": "a.py"}, "list_dir": {}, "grep": {"pattern": "x"}, "search": {"query": "q"},
-        "edit_file": {"path": "a", "old_str": "b", "new_str": "c"}, "run_terminal": {"command": "ls"},
+        "read_file": {"path": "a.py"},
+        "list_dir": {},
+        "grep": {"pattern": "x"},
+        "search": {"query": "q"},
+        "edit_file": {"path": "a", "old_str": "b", "new_str": "c"},
+        "run_terminal": {"command": "ls"},
         "answer": {"text": "t"},
     }
     calls = [(n, samples[n]) for n in rng.sample(sorted(samples), rng.randint(1, 3))]

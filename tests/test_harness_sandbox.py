@@ -123,9 +123,11 @@ def test_cannot_read_or_write_outside_workspace(workspace, tmp_path):
     snap, ws = workspace
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-CONTENT")
-    cmd = (f"cat {secret}; ls {tmp_path}; cat {snap}/README; ls /root /home /etc/shadow; "
-           f"echo pwned > {tmp_path}/pwned; echo pwned > /usr/pwned; "
-           f"ln -s {secret} ./s; cat ./s; ln -s / ./rootlink; cat ./rootlink{secret}; echo end")
+    cmd = (
+        f"cat {secret}; ls {tmp_path}; cat {snap}/README; ls /root /home /etc/shadow; "
+        f"echo pwned > {tmp_path}/pwned; echo pwned > /usr/pwned; "
+        f"ln -s {secret} ./s; cat ./s; ln -s / ./rootlink; cat ./rootlink{secret}; echo end"
+    )
     r = sandbox(ws).run(cmd)
     assert "TOP-SECRET-CONTENT" not in r.output and "hello" not in r.output
     assert r.output.rstrip().endswith("end")
@@ -150,9 +152,12 @@ def test_no_network_to_host_loopback(workspace):
     listener.listen(1)
     listener.settimeout(0.3)
     port = listener.getsockname()[1]
-    code = (f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\n"
-            "except OSError as e:\n print('FAILED', e)")
-    r = sandbox(ws).run(f"python -c \"{code}\"")
+    code = (
+        "import socket\ntry:\n"
+        f" socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\n"
+        "except OSError as e:\n print('FAILED', e)"
+    )
+    r = sandbox(ws).run(f'python -c "{code}"')
     assert "FAILED" in r.output and "CONNECTED" not in r.output
     with pytest.raises(TimeoutError):
         listener.accept()

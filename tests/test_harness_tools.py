@@ -19,9 +19,13 @@ needs_bwrap = pytest.mark.skipif(
 
 FILES = {
     "calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
-    "calc/parser.py": "import os\n\n\ndef parse_expression(text):\n    tokens = text.split()\n    return tokens\n",
-    "tests/test_ops.py": ("from calc.ops import add, mul\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
-                          "def test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_broken():\n    assert add(1, 1) == 3\n"),
+    "calc/parser.py": (
+        "import os\n\n\ndef parse_expression(text):\n    tokens = text.split()\n    return tokens\n"
+    ),
+    "tests/test_ops.py": (
+        "from calc.ops import add, mul\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
+        "def test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_broken():\n    assert add(1, 1) == 3\n"
+    ),
     "notes.txt": "dup line\ndup line\nunique line\n",
 }
 
@@ -88,8 +92,10 @@ def test_read_file_output_is_capped(env):
 
 def test_edit_file_unique_match_and_snapshot_untouched(env):
     ctx, snap, _ = env
-    assert call(ctx, "edit_file", path="calc/ops.py", old_str="a * b", new_str="a * b * 1") == \
-        "edited calc/ops.py at line 6"
+    assert (
+        call(ctx, "edit_file", path="calc/ops.py", old_str="a * b", new_str="a * b * 1")
+        == "edited calc/ops.py at line 6"
+    )
     assert "a * b * 1" in (ctx.workspace / "calc/ops.py").read_text()
     assert (snap / "calc/ops.py").read_text() == FILES["calc/ops.py"]
     with pytest.raises(ToolError, match=r"not found in calc/ops.py \(0 matches\)"):
@@ -103,7 +109,9 @@ def test_edit_file_unique_match_and_snapshot_untouched(env):
 
 def test_write_file_creates_and_overwrites(env):
     ctx, snap, _ = env
-    assert call(ctx, "write_file", path="new/deep/x.py", content="X = 1\n").startswith("created new/deep/x.py")
+    assert call(ctx, "write_file", path="new/deep/x.py", content="X = 1\n").startswith(
+        "created new/deep/x.py"
+    )
     assert (ctx.workspace / "new/deep/x.py").read_text() == "X = 1\n"
     assert call(ctx, "write_file", path="notes.txt", content="fresh\n").startswith("overwrote notes.txt")
     assert (snap / "notes.txt").read_text() == FILES["notes.txt"]
@@ -115,8 +123,9 @@ def test_write_file_creates_and_overwrites(env):
 # -- confinement ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["../outside.txt", "calc/../../outside.txt", "/etc/passwd", "/workspace/../etc",
-                                 "/tmp", "a\x00b"])
+@pytest.mark.parametrize(
+    "bad", ["../outside.txt", "calc/../../outside.txt", "/etc/passwd", "/workspace/../etc", "/tmp", "a\x00b"]
+)
 def test_confine_rejects_escapes(env, bad):
     ctx, _, _ = env
     with pytest.raises(ToolError):
@@ -172,9 +181,17 @@ def test_symlink_planted_by_a_command_is_rejected(env):
 @needs_bwrap
 def test_grep(env):
     ctx, _, _ = env
-    assert call(ctx, "grep", pattern=r"def \w+\(a, b\)") == "calc/ops.py:1:def add(a, b):\ncalc/ops.py:5:def mul(a, b):"
-    assert call(ctx, "grep", pattern="import", glob="test_*.py") == "tests/test_ops.py:1:from calc.ops import add, mul"
-    assert call(ctx, "grep", pattern="IMPORT OS", ignore_case=True, path="calc") == "calc/parser.py:1:import os"
+    assert (
+        call(ctx, "grep", pattern=r"def \w+\(a, b\)")
+        == "calc/ops.py:1:def add(a, b):\ncalc/ops.py:5:def mul(a, b):"
+    )
+    assert (
+        call(ctx, "grep", pattern="import", glob="test_*.py")
+        == "tests/test_ops.py:1:from calc.ops import add, mul"
+    )
+    assert (
+        call(ctx, "grep", pattern="IMPORT OS", ignore_case=True, path="calc") == "calc/parser.py:1:import os"
+    )
     assert call(ctx, "grep", pattern="zzz_nothing") == "no matches"
     assert call(ctx, "grep", pattern="line", max_results=1).endswith("[2 more matches not shown]")
     with pytest.raises(ToolError):
@@ -209,7 +226,9 @@ def test_search_ranks_and_follows_edits(env):
 
 def test_bm25_scales_to_a_few_thousand_chunks(tmp_path):
     for i in range(300):
-        (tmp_path / f"m{i}.py").write_text("".join(f"def func_{i}_{j}(x):\n    return x + {j}\n" for j in range(50)))
+        (tmp_path / f"m{i}.py").write_text(
+            "".join(f"def func_{i}_{j}(x):\n    return x + {j}\n" for j in range(50))
+        )
     index = BM25Index(tmp_path)
     t = time.monotonic()
     hits = index.search("func_123_7", k=3)
@@ -264,15 +283,29 @@ def test_run_tests_summarizes(env):
 
 def test_summarize_pytest():
     assert summarize_pytest("...\n=== 3 passed, 1 failed, 2 errors in 0.12s ===") == {
-        "passed": 3, "failed": 1, "errors": 2, "skipped": 0}
-    assert summarize_pytest("1 skipped, 4 passed in 1.0s") == {"passed": 4, "failed": 0, "errors": 0, "skipped": 1}
+        "passed": 3,
+        "failed": 1,
+        "errors": 2,
+        "skipped": 0,
+    }
+    assert summarize_pytest("1 skipped, 4 passed in 1.0s") == {
+        "passed": 4,
+        "failed": 0,
+        "errors": 0,
+        "skipped": 1,
+    }
     assert summarize_pytest("no tests ran in 0.01s") == {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
 
 
 def test_commands_without_sandbox_are_an_error(env):
     ctx, _, _ = env
     ctx.sandbox = None
-    for name, args in [("run_terminal", {"command": "ls"}), ("lint", {}), ("run_tests", {}), ("grep", {"pattern": "x"})]:
+    for name, args in [
+        ("run_terminal", {"command": "ls"}),
+        ("lint", {}),
+        ("run_tests", {}),
+        ("grep", {"pattern": "x"}),
+    ]:
         with pytest.raises(ToolError, match="sandbox"):
             call(ctx, name, **args)
 

@@ -128,12 +128,19 @@ def _run_call(call: ToolCall, tool: Tool, ctx: ToolContext, t0: float) -> CallRe
     except Exception as e:  # noqa: BLE001 - a tool bug costs one call, never the episode
         output, error = f"error: the tool failed internally ({type(e).__name__}: {e})", True
     end = time.monotonic()
-    return CallRecord(name=call.name, arguments=call.arguments, output=truncate(output, ctx.output_chars),
-                      error=error, start_s=start - t0, duration_s=end - start)
+    return CallRecord(
+        name=call.name,
+        arguments=call.arguments,
+        output=truncate(output, ctx.output_chars),
+        error=error,
+        start_s=start - t0,
+        duration_s=end - start,
+    )
 
 
-def _run_calls(calls: list[ToolCall], tools: Mapping[str, Tool], ctx: ToolContext, t0: float,
-               max_parallel: int) -> list[CallRecord]:
+def _run_calls(
+    calls: list[ToolCall], tools: Mapping[str, Tool], ctx: ToolContext, t0: float, max_parallel: int
+) -> list[CallRecord]:
     # Calls in one turn are independent by protocol, so they run concurrently; results keep call order.
     if len(calls) == 1:
         return [_run_call(calls[0], tools[calls[0].name], ctx, t0)]
@@ -141,7 +148,9 @@ def _run_calls(calls: list[ToolCall], tools: Mapping[str, Tool], ctx: ToolContex
         return list(pool.map(lambda c: _run_call(c, tools[c.name], ctx, t0), calls))
 
 
-def _check(checker: Checker | None, workspace: Path, answer: str | None) -> tuple[bool | None, dict[str, Any]]:
+def _check(
+    checker: Checker | None, workspace: Path, answer: str | None
+) -> tuple[bool | None, dict[str, Any]]:
     if checker is None:
         return None, {}
     try:
@@ -192,9 +201,16 @@ def run_episode(
         counts.tokens += len(turn.token_ids) if turn.token_ids is not None else len(turn.text) // 4
         messages.append({"role": "assistant", "content": turn.text})
         parsed: ParsedTurn = parse_turn(turn.text, tools, budgets.max_calls_per_turn)
-        record = TurnRecord(index=counts.turns - 1, kind=parsed.kind, text=turn.text, reasoning=parsed.reasoning,
-                            token_ids=turn.token_ids, logprobs=turn.logprobs, errors=parsed.errors,
-                            policy_s=policy_s)
+        record = TurnRecord(
+            index=counts.turns - 1,
+            kind=parsed.kind,
+            text=turn.text,
+            reasoning=parsed.reasoning,
+            token_ids=turn.token_ids,
+            logprobs=turn.logprobs,
+            errors=parsed.errors,
+            policy_s=policy_s,
+        )
         turns.append(record)
 
         if parsed.kind == "final":

@@ -55,7 +55,9 @@ def _parse_call(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[ToolCall 
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
-        return None, [f"call {i}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}): {_short(body)!r}"]
+        return None, [
+            f"call {i}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}): {_short(body)!r}"
+        ]
     except (ValueError, RecursionError) as e:  # e.g. integers too long to convert, absurd nesting
         return None, [f"call {i}: invalid JSON ({type(e).__name__})"]
     if not isinstance(obj, dict):
@@ -125,14 +127,19 @@ def _classify(text: str, tools: Mapping[str, Tool], max_calls: int) -> ParsedTur
 
     if not errors and not _TAGS.search(text):
         if not text.strip():
-            return ParsedTurn(kind="malformed", reasoning=reasoning,
-                              errors=["empty turn: write tool calls or a final answer"])
+            return ParsedTurn(
+                kind="malformed",
+                reasoning=reasoning,
+                errors=["empty turn: write tool calls or a final answer"],
+            )
         return ParsedTurn(kind="final", final_text=text.strip(), reasoning=reasoning)
 
     stray = "".join(outside).strip()
     if stray and bodies:
-        errors.append(f"text outside the tool calls: {_short(stray)!r}; a turn is either tool calls "
-                      "only or a final answer only")
+        errors.append(
+            f"text outside the tool calls: {_short(stray)!r}; a turn is either tool calls "
+            "only or a final answer only"
+        )
     if len(bodies) > max_calls:
         errors.append(f"{len(bodies)} tool calls in one turn; at most {max_calls} are allowed")
     calls: list[ToolCall] = []
@@ -161,9 +168,11 @@ def parse_turn(text: str, tools: Mapping[str, Tool], max_calls: int = 8) -> Pars
 def render_errors(parsed: ParsedTurn) -> str:
     """What the model reads after a malformed turn."""
     lines = "\n".join(f"- {e}" for e in parsed.errors)
-    return (f"error: your last turn could not be run:\n{lines}\n"
-            f'Write each call as {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}, '
-            "or answer in plain text with no tags.")
+    return (
+        f"error: your last turn could not be run:\n{lines}\n"
+        f'Write each call as {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}, '
+        "or answer in plain text with no tags."
+    )
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -174,7 +183,11 @@ def _strip_titles(schema: Any) -> Any:
     # "properties" are kept even if a field is called "title".
     if isinstance(schema, dict):
         return {
-            k: ({n: _strip_titles(s) for n, s in v.items()} if k in ("properties", "$defs") else _strip_titles(v))
+            k: (
+                {n: _strip_titles(s) for n, s in v.items()}
+                if k in ("properties", "$defs")
+                else _strip_titles(v)
+            )
             for k, v in schema.items()
             if k != "title"
         }

@@ -225,8 +225,14 @@ class Sandbox:
         if not _running_as_root() or self.uid == 0:
             return []
         u = str(self.uid)
-        return ["/usr/bin/setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--no-new-privs",
-                "--inh-caps=-all"]
+        return [
+            "/usr/bin/setpriv",
+            f"--reuid={u}",
+            f"--regid={u}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+        ]
 
     def _env(self) -> dict[str, str]:
         prefix_bins = [os.path.join(p, "bin") for p in _python_prefixes()]
@@ -244,8 +250,17 @@ class Sandbox:
         if _running_as_root():
             # Not --unshare-all: as root that adds a user namespace mapping only uid 0, and we could
             # no longer drop to an unprivileged uid (see _drop_privileges_argv).
-            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                     "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            argv += [
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+            ]
         else:
             argv += ["--unshare-all"]
         argv += ["--hostname", "sandbox", *_system_binds()]
@@ -258,11 +273,21 @@ class Sandbox:
             if not parent.startswith("/usr"):
                 argv += ["--chmod", "0755", parent]
         argv += [
-            "--bind", str(self.workspace), SANDBOX_ROOT,
-            "--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp",
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--chdir", cwd,
+            "--bind",
+            str(self.workspace),
+            SANDBOX_ROOT,
+            "--perms",
+            "1777",
+            "--size",
+            str(self.limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--chdir",
+            cwd,
             "--clearenv",
         ]
         for key, value in self._env().items():
@@ -294,8 +319,14 @@ class Sandbox:
             host_cwd, env = "/", {"PATH": "/usr/bin:/bin"}  # bwrap's own env is visible in /proc/1
         start = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=host_cwd, env=env, start_new_session=True, close_fds=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=host_cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         try:
             head, tail, dropped, timed_out = _read_capped(proc, start + wall, self.limits.output_bytes)
@@ -306,8 +337,13 @@ class Sandbox:
         if dropped:
             output += f"\n[... truncated {dropped} bytes ...]\n"
         output += tail.decode("utf-8", "replace")
-        return CommandResult(exit_code=exit_code, output=output, timed_out=timed_out, dropped_bytes=dropped,
-                             wall_s=time.monotonic() - start)
+        return CommandResult(
+            exit_code=exit_code,
+            output=output,
+            timed_out=timed_out,
+            dropped_bytes=dropped,
+            wall_s=time.monotonic() - start,
+        )
 
 
 def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bytes, int, bool]:
@@ -384,7 +420,10 @@ def _bwrap_works() -> bool:
     try:
         done = subprocess.run(
             [_bwrap_path() or "bwrap", "--unshare-net", *_system_binds(), "/usr/bin/true"],
-            env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=20, check=False,
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            timeout=20,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -99,10 +99,9 @@ def read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
     body = "\n".join(f"{n:>6}\t{lines[n - 1]}" for n in range(start, end + 1))
     if not body:
         return "(empty file)"
-    out = truncate(body, ctx.output_chars, keep="head")
-    if len(out) < len(body):
-        out += "\n(use start_line/end_line to read further)"
-    return out
+    hint = "\n(use start_line/end_line to read further)"
+    out = truncate(body, max(ctx.output_chars - len(hint) - 40, 0), keep="head")
+    return out + hint if len(out) < len(body) else out
 
 
 # -- grep --------------------------------------------------------------------------------------
@@ -165,7 +164,9 @@ def edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
     text = _read_text(real)
     n = text.count(args.old_str)
     if n == 0:
-        raise ToolError(f"old_str not found in {args.path} (0 matches); copy it exactly, without line numbers")
+        raise ToolError(
+            f"old_str not found in {args.path} (0 matches); copy it exactly, without line numbers"
+        )
     if n > 1:
         raise ToolError(f"old_str matches {n} times in {args.path}; include more context to make it unique")
     replace_file(real, text.replace(args.old_str, args.new_str, 1))
@@ -200,9 +201,15 @@ def write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
 
 TOOLS = [
     Tool("list_dir", "List a directory of the workspace.", ListDirArgs, list_dir),
-    Tool("read_file", "Read a text file, with line numbers; optionally a line range.", ReadFileArgs, read_file),
+    Tool(
+        "read_file", "Read a text file, with line numbers; optionally a line range.", ReadFileArgs, read_file
+    ),
     Tool("grep", "Search file contents with a regular expression; prints path:line:text.", GrepArgs, grep),
-    Tool("edit_file", "Replace one exact, unique occurrence of old_str with new_str in a file.",
-         EditFileArgs, edit_file),
+    Tool(
+        "edit_file",
+        "Replace one exact, unique occurrence of old_str with new_str in a file.",
+        EditFileArgs,
+        edit_file,
+    ),
     Tool("write_file", "Create or overwrite a file with the given content.", WriteFileArgs, write_file),
 ]

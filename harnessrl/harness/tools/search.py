@@ -63,8 +63,14 @@ class BM25Index:
     """BM25 (k1, b) over windows of `chunk_lines` lines. Files are re-chunked only when their
     (mtime, size) changes, so searching after edits stays cheap."""
 
-    def __init__(self, workspace: Path, chunk_lines: int = 30, k1: float = 1.2, b: float = 0.75,
-                 max_file_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        chunk_lines: int = 30,
+        k1: float = 1.2,
+        b: float = 0.75,
+        max_file_bytes: int = 1 << 20,
+    ) -> None:
         self.workspace = Path(os.path.realpath(workspace))
         self.chunk_lines, self.k1, self.b, self.max_file_bytes = chunk_lines, k1, b, max_file_bytes
         self._files: dict[str, tuple[tuple[int, int], list[_Chunk]]] = {}
@@ -165,5 +171,11 @@ def search(ctx: ToolContext, args: SearchArgs) -> str:
     return truncate("\n\n".join(blocks), ctx.output_chars, keep="head")
 
 
-TOOLS = [Tool("search", "Ranked code search over the workspace (BM25); returns files, line ranges and "
-              "matching lines.", SearchArgs, search)]
+TOOLS = [
+    Tool(
+        "search",
+        "Ranked code search over the workspace (BM25); returns files, line ranges and matching lines.",
+        SearchArgs,
+        search,
+    )
+]

@@ -47,8 +47,13 @@ class LintArgs(BaseModel):
 
 def lint(ctx: ToolContext, args: LintArgs) -> str:
     target = show(ctx.workspace, confine(ctx.workspace, args.path))
-    res = _run(ctx, shlex.join(["python", "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-                                "--", target]), None)
+    res = _run(
+        ctx,
+        shlex.join(
+            ["python", "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
+        ),
+        None,
+    )
     return truncate(f"[{_status(res)}]\n{res.output}", ctx.output_chars)
 
 
@@ -85,14 +90,21 @@ def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     # plugins the harness's own environment happens to have installed.
     res = _run(ctx, "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths]), args.timeout_s)
     c = summarize_pytest(res.output)
-    head = (f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} "
-            f"skipped={c['skipped']}")
+    head = (
+        f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} "
+        f"skipped={c['skipped']}"
+    )
     return truncate(f"{head}\n{res.output}", ctx.output_chars)
 
 
 TOOLS = [
-    Tool("run_terminal", "Run a bash command in the workspace sandbox (no network, limited time and memory); "
-         "returns the exit code and output.", RunTerminalArgs, run_terminal),
+    Tool(
+        "run_terminal",
+        "Run a bash command in the workspace sandbox (no network, limited time and memory); "
+        "returns the exit code and output.",
+        RunTerminalArgs,
+        run_terminal,
+    ),
     Tool("lint", "Run `ruff check` on a file or directory.", LintArgs, lint),
     Tool("run_tests", "Run pytest and summarize pass/fail counts.", RunTestsArgs, run_tests),
 ]

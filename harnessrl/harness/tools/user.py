@@ -43,6 +43,11 @@ def finish(ctx: ToolContext, args: FinishArgs) -> str:
 TOOLS = [
     Tool("ask_user", "Ask the user a clarifying question and get their reply.", AskUserArgs, ask_user),
     Tool("answer", "Give your final answer; ends the episode.", AnswerArgs, answer, ends_episode=True),
-    Tool("finish", "Declare the task done, with a summary; ends the episode.", FinishArgs, finish,
-         ends_episode=True),
+    Tool(
+        "finish",
+        "Declare the task done, with a summary; ends the episode.",
+        FinishArgs,
+        finish,
+        ends_episode=True,
+    ),
 ]
