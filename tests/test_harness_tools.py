@@ -8,7 +8,7 @@ import pytest
 
 from harnessrl.harness import sandbox as sb
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
-from harnessrl.harness.tools import ALL_TOOLS, ToolContext, ToolError, confine, select, truncate
+from harnessrl.harness.tools import ALL_TOOLS, ToolContext, ToolError, confine, files, select, truncate
 from harnessrl.harness.tools.search import BM25Index, tokenize
 from harnessrl.harness.tools.terminal import summarize_pytest
 
@@ -159,6 +159,35 @@ def test_symlink_escapes_are_rejected_by_every_file_tool(env):
     assert outside.read_text() == "OUTSIDE-SECRET\n" and not (outside.parent / "planted.txt").exists()
     assert "def add" in call(ctx, "read_file", path="inner.py")
     assert "leak.txt -> " in call(ctx, "list_dir")
+
+
+def test_directory_swapped_for_a_symlink_after_the_check_is_not_followed(env):
+    # The race a parallel command could try: confine() checks sub/f.txt, then sub becomes a symlink.
+    ctx, _, outside = env
+    (ctx.workspace / "sub").mkdir()
+    (ctx.workspace / "sub" / "outside.txt").write_text("inside\n")
+    real = confine(ctx.workspace, "sub/outside.txt")
+    os.rename(ctx.workspace / "sub", ctx.workspace / "sub_old")
+    os.symlink(outside.parent, ctx.workspace / "sub")
+    with pytest.raises(ToolError, match="cannot open directory 'sub'"):
+        files._read_text(ctx.workspace, real)
+    with pytest.raises(ToolError, match="cannot open directory 'sub'"):
+        files._write(ctx.workspace, real, "overwritten")
+    assert outside.read_text() == "OUTSIDE-SECRET\n"
+
+
+def test_read_file_refuses_the_root_and_fifos(env):
+    ctx, _, _ = env
+    for path in (".", "/workspace", ""):
+        with pytest.raises(ToolError, match="directory"):
+            call(ctx, "read_file", path=path)
+    os.mkfifo(ctx.workspace / "pipe")
+    t = time.monotonic()
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(ctx, "read_file", path="pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(ctx, "edit_file", path="pipe", old_str="a", new_str="b")
+    assert time.monotonic() - t < 1
 
 
 @needs_bwrap

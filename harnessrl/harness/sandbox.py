@@ -110,30 +110,40 @@ def remove_workspace(path: Path | str) -> None:
     shutil.rmtree(path, onerror=fix_and_retry)
 
 
-def replace_file(path: Path, content: str) -> None:
+def replace_file(path: Path, content: str, parent_fd: int | None = None) -> None:
     """Write `content` to `path` via temp-file-then-rename, never in place.
 
     A hardlinked workspace shares inodes with the snapshot; renaming a fresh file over the name
     breaks the link instead of writing through it. The new file keeps the old mode and, as root,
     is owned by the directory's owner (the sandbox uid), so sandboxed commands can edit it later.
+    `parent_fd` (an fd of path's directory) makes every step relative to it, so nothing resolves
+    the path again after the caller checked it.
     """
-    parent = path.parent
-    tmp = parent / f".{path.name}.harness-tmp-{os.getpid()}-{time.monotonic_ns()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    name = path.name
+    dfd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY) if parent_fd is None else parent_fd
+    tmp = f".{name}.harness-tmp-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
         try:
-            os.chmod(tmp, os.lstat(path).st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        if _running_as_root():
-            st = os.stat(parent)
-            os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(content)
+                try:
+                    os.fchmod(f.fileno(), os.lstat(name, dir_fd=dfd).st_mode & 0o7777)
+                except FileNotFoundError:
+                    pass
+                if _running_as_root():
+                    st = os.stat(dfd)
+                    os.fchown(f.fileno(), st.st_uid, st.st_gid)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+    finally:
+        if parent_fd is None:
+            os.close(dfd)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,8 +61,7 @@ def confine(workspace: Path, path: str) -> Path:
     Accepts relative paths and absolute paths under /workspace (what the sandbox shows the model).
     Rejects `..` components, other absolute paths, and anything whose resolved target (symlinks
     followed) lies outside the workspace. Returns the resolved path, so callers act on what was
-    checked. Known gap: a sandboxed command running in parallel could swap a checked directory for
-    a symlink between this check and the open; the file tools open the final component O_NOFOLLOW.
+    checked; to act on it without a race, open it through `dir_beneath`.
     """
     if "\x00" in path:
         raise ToolError("path contains a NUL byte")
@@ -85,3 +84,34 @@ def show(workspace: Path, real: Path) -> str:
     """How a real path is shown to the model: relative to the workspace root."""
     rel = os.path.relpath(real, os.path.realpath(workspace))
     return "." if rel == "." else rel
+
+
+def dir_beneath(workspace: Path, real_dir: Path, create: bool = False) -> int:
+    """An O_PATH fd of `real_dir` (a path `confine` returned), opened one component at a time from
+    the workspace root with O_NOFOLLOW. A sandboxed command running in parallel could swap a checked
+    directory for a symlink after `confine`; this walk then fails instead of following it out. With
+    `create`, missing directories are made, owned like their parent (the sandbox uid, as root)."""
+    root = os.path.realpath(workspace)
+    rel = os.path.relpath(real_dir, root)
+    if rel == ".." or rel.startswith("../"):
+        raise ToolError("path is outside the workspace")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in [] if rel == "." else rel.split(os.sep):
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    st = os.stat(fd)
+                    os.chown(part, st.st_uid, st.st_gid, dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    pass
+            try:
+                nfd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as e:  # ELOOP/ENOTDIR: swapped for a symlink or a file
+                raise ToolError(f"cannot open directory {part!r}: {e.strerror}") from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

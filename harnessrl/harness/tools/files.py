@@ -11,21 +11,26 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.sandbox import SANDBOX_ROOT, replace_file
-from harnessrl.harness.tools.base import Tool, ToolContext, ToolError, confine, show, truncate
+from harnessrl.harness.tools.base import Tool, ToolContext, ToolError, confine, dir_beneath, show, truncate
 
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "node_modules"}
 MAX_FILE_BYTES = 8 << 20  # refuse to read bigger files whole; the model should grep them
 
 
-def _read_text(real: Path) -> str:
-    # O_NONBLOCK: a FIFO planted by a command must not hang the harness; O_NOFOLLOW: no last-moment
-    # symlink swap after `confine` checked the path.
+def _read_text(workspace: Path, real: Path) -> str:
+    # Opened relative to a race-free fd of its directory, O_NOFOLLOW (no symlink swapped in after
+    # `confine`), O_NONBLOCK (a FIFO planted by a command must not hang the harness).
+    if real == Path(os.path.realpath(workspace)):
+        raise ToolError("is a directory; use list_dir")
+    dfd = dir_beneath(workspace, real.parent)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(real.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
     except FileNotFoundError:
         raise ToolError("file not found") from None
     except OSError as e:  # ELOOP from O_NOFOLLOW, EACCES, ...
         raise ToolError(f"cannot open: {e.strerror}") from None
+    finally:
+        os.close(dfd)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -87,7 +92,7 @@ class ReadFileArgs(BaseModel):
 
 
 def read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
-    text = _read_text(confine(ctx.workspace, args.path))
+    text = _read_text(ctx.workspace, confine(ctx.workspace, args.path))
     lines = text.splitlines()
     start = args.start_line or 1
     end = min(args.end_line or len(lines), len(lines))
@@ -150,6 +155,14 @@ def grep(ctx: ToolContext, args: GrepArgs) -> str:
 # -- edit_file / write_file --------------------------------------------------------------------
 
 
+def _write(workspace: Path, real: Path, content: str, create_dirs: bool = False) -> None:
+    dfd = dir_beneath(workspace, real.parent, create=create_dirs)
+    try:
+        replace_file(real, content, parent_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
 class EditFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str = Field(description="File, relative to the workspace root.")
@@ -161,7 +174,7 @@ def edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
     real = confine(ctx.workspace, args.path)
     if not args.old_str:
         raise ToolError("old_str is empty; use write_file to create or overwrite a file")
-    text = _read_text(real)
+    text = _read_text(ctx.workspace, real)
     n = text.count(args.old_str)
     if n == 0:
         raise ToolError(
@@ -169,7 +182,7 @@ def edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
         )
     if n > 1:
         raise ToolError(f"old_str matches {n} times in {args.path}; include more context to make it unique")
-    replace_file(real, text.replace(args.old_str, args.new_str, 1))
+    _write(ctx.workspace, real, text.replace(args.old_str, args.new_str, 1))
     line = text[: text.index(args.old_str)].count("\n") + 1
     return f"edited {show(ctx.workspace, real)} at line {line}"
 
@@ -185,17 +198,7 @@ def write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
     if real.is_dir():
         raise ToolError(f"{args.path!r} is a directory")
     created = not real.exists()
-    # Create parents one by one and re-confine: a parent could be a symlink planted by the model.
-    root = confine(ctx.workspace, ".")
-    for parent in reversed(real.relative_to(root).parents):
-        d = root / parent
-        if not d.exists():
-            d.mkdir()
-            if os.geteuid() == 0:
-                st = os.stat(d.parent)
-                os.chown(d, st.st_uid, st.st_gid)
-        confine(ctx.workspace, str(parent))
-    replace_file(real, args.content)
+    _write(ctx.workspace, real, args.content, create_dirs=True)
     return f"{'created' if created else 'overwrote'} {show(ctx.workspace, real)} ({len(args.content)} chars)"
 
 
