@@ -219,30 +219,16 @@ class Sandbox:
 
     def _rlimit_argv(self) -> list[str]:
         lim = self.limits
-        return [
-            "/usr/bin/prlimit",
-            f"--cpu={lim.cpu_s}",
-            f"--as={lim.address_space_bytes}",
-            f"--nproc={lim.nproc}",
-            f"--fsize={lim.fsize_bytes}",
-            "--core=0",
-            "--",
-        ]
+        limits = [f"--cpu={lim.cpu_s}", f"--as={lim.address_space_bytes}", f"--nproc={lim.nproc}"]
+        return ["/usr/bin/prlimit", *limits, f"--fsize={lim.fsize_bytes}", "--core=0", "--"]
 
     def _drop_privileges_argv(self) -> list[str]:
         # As root, run the command as self.uid. Root bypasses RLIMIT_NPROC, and as the owner of the
         # hardlinked snapshot files it could write them in place.
         if not _running_as_root() or self.uid == 0:
             return []
-        u = str(self.uid)
-        return [
-            "/usr/bin/setpriv",
-            f"--reuid={u}",
-            f"--regid={u}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-        ]
+        ids = [f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        return ["/usr/bin/setpriv", *ids, "--no-new-privs", "--inh-caps=-all"]
 
     def _env(self) -> dict[str, str]:
         prefix_bins = [os.path.join(p, "bin") for p in _python_prefixes()]
@@ -260,17 +246,9 @@ class Sandbox:
         if _running_as_root():
             # Not --unshare-all: as root that adds a user namespace mapping only uid 0, and we could
             # no longer drop to an unprivileged uid (see _drop_privileges_argv).
-            argv += [
-                "--unshare-ipc",
-                "--unshare-pid",
-                "--unshare-net",
-                "--unshare-uts",
-                "--unshare-cgroup-try",
-                "--cap-add",
-                "CAP_SETUID",
-                "--cap-add",
-                "CAP_SETGID",
-            ]
+            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            argv += ["--unshare-cgroup-try"]
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv, which drops them
         else:
             argv += ["--unshare-all"]
         argv += ["--hostname", "sandbox", *_system_binds()]
@@ -282,24 +260,9 @@ class Sandbox:
         for parent in dict.fromkeys(opened):
             if not parent.startswith("/usr"):
                 argv += ["--chmod", "0755", parent]
-        argv += [
-            "--bind",
-            str(self.workspace),
-            SANDBOX_ROOT,
-            "--perms",
-            "1777",
-            "--size",
-            str(self.limits.tmp_bytes),
-            "--tmpfs",
-            "/tmp",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--chdir",
-            cwd,
-            "--clearenv",
-        ]
+        argv += ["--bind", str(self.workspace), SANDBOX_ROOT]
+        argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", cwd, "--clearenv"]
         for key, value in self._env().items():
             argv += ["--setenv", key, value]
         return argv + ["--", *self._drop_privileges_argv(), *self._rlimit_argv(), "/bin/bash", "-c", command]

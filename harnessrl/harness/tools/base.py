@@ -4,6 +4,7 @@ confining model-given paths to the workspace."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from harnessrl.harness.sandbox import SANDBOX_ROOT, Sandbox
+from harnessrl.harness.sandbox import SANDBOX_ROOT, CommandResult, Sandbox
 
 if TYPE_CHECKING:
     from harnessrl.harness.tools.search import Retriever
@@ -42,6 +43,18 @@ class Tool:
     args: type[BaseModel]  # pydantic model of the arguments; its JSON Schema is what the model sees
     run: Callable[[ToolContext, Any], str]  # (ctx, validated args) -> response text; raises ToolError
     ends_episode: bool = False  # answer/finish
+
+
+def sandbox_run(ctx: ToolContext, command: str, timeout_s: float | None) -> CommandResult:
+    """Run a command in the episode's sandbox, never past the episode's deadline."""
+    if ctx.sandbox is None:
+        raise ToolError("this episode has no sandbox; commands cannot run")
+    if ctx.deadline is not None:
+        left = ctx.deadline - time.monotonic()
+        if left <= 0:
+            raise ToolError("the episode's time is up")
+        timeout_s = left if timeout_s is None else min(timeout_s, left)
+    return ctx.sandbox.run(command, timeout_s=timeout_s)
 
 
 def truncate(text: str, limit: int, keep: str = "middle") -> str:

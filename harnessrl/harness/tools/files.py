@@ -11,7 +11,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.sandbox import SANDBOX_ROOT, replace_file
-from harnessrl.harness.tools.base import Tool, ToolContext, ToolError, confine, dir_beneath, show, truncate
+from harnessrl.harness.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    confine,
+    dir_beneath,
+    sandbox_run,
+    show,
+    truncate,
+)
 
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "node_modules"}
 MAX_FILE_BYTES = 8 << 20  # refuse to read bigger files whole; the model should grep them
@@ -124,8 +133,6 @@ class GrepArgs(BaseModel):
 def grep(ctx: ToolContext, args: GrepArgs) -> str:
     # GNU grep -P inside the sandbox rather than Python's `re` in the harness: PCRE has a
     # backtracking limit and the sandbox a timeout, so a pathological pattern cannot hang a thread.
-    if ctx.sandbox is None:
-        raise ToolError("grep needs the sandbox, which this episode does not have")
     if not args.pattern:
         raise ToolError("empty pattern")
     real = confine(ctx.workspace, args.path)
@@ -138,7 +145,7 @@ def grep(ctx: ToolContext, args: GrepArgs) -> str:
     if args.glob:
         cmd.append(f"--include={args.glob}")
     cmd += ["-e", args.pattern, "--", target]
-    res = ctx.sandbox.run(shlex.join(cmd), timeout_s=20)
+    res = sandbox_run(ctx, shlex.join(cmd), timeout_s=20)
     if res.timed_out:
         raise ToolError("grep timed out; narrow the path or simplify the pattern")
     prefix = SANDBOX_ROOT + "/"

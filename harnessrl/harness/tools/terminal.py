@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.sandbox import CommandResult
-from harnessrl.harness.tools.base import Tool, ToolContext, ToolError, confine, show, truncate
-
-
-def _run(ctx: ToolContext, command: str, timeout_s: float | None) -> CommandResult:
-    if ctx.sandbox is None:
-        raise ToolError("this episode has no sandbox; commands cannot run")
-    if ctx.deadline is not None:  # never outlive the episode's wall clock by more than a moment
-        left = ctx.deadline - time.monotonic()
-        if left <= 0:
-            raise ToolError("the episode's time is up")
-        timeout_s = left if timeout_s is None else min(timeout_s, left)
-    return ctx.sandbox.run(command, timeout_s=timeout_s)
+from harnessrl.harness.tools.base import Tool, ToolContext, confine, sandbox_run, show, truncate
 
 
 def _status(res: CommandResult) -> str:
@@ -36,7 +24,7 @@ class RunTerminalArgs(BaseModel):
 
 
 def run_terminal(ctx: ToolContext, args: RunTerminalArgs) -> str:
-    res = _run(ctx, args.command, args.timeout_s)
+    res = sandbox_run(ctx, args.command, args.timeout_s)
     return truncate(f"[{_status(res)}]\n{res.output}", ctx.output_chars)
 
 
@@ -47,13 +35,8 @@ class LintArgs(BaseModel):
 
 def lint(ctx: ToolContext, args: LintArgs) -> str:
     target = show(ctx.workspace, confine(ctx.workspace, args.path))
-    res = _run(
-        ctx,
-        shlex.join(
-            ["python", "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
-        ),
-        None,
-    )
+    cmd = ["python", "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
+    res = sandbox_run(ctx, shlex.join(cmd), None)
     return truncate(f"[{_status(res)}]\n{res.output}", ctx.output_chars)
 
 
@@ -88,7 +71,8 @@ def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
         cmd += ["-k", args.keyword]
     # No plugin autoload: the task's tests should not depend on (or pay ~2 s start-up for) whatever
     # plugins the harness's own environment happens to have installed.
-    res = _run(ctx, "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths]), args.timeout_s)
+    command = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths])
+    res = sandbox_run(ctx, command, args.timeout_s)
     c = summarize_pytest(res.output)
     head = (
         f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} "
