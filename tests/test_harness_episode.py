@@ -245,3 +245,15 @@ def test_tool_output_is_capped_in_the_record(ctx):
         and "start_line/end_line" in out
         and traj.messages[2]["content"] == out
     )
+
+
+def test_harness_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, harnessrl.harness.episode, harnessrl.harness.tools, harnessrl.harness.sandbox\n"
+        "assert 'torch' not in sys.modules, 'harness imported torch'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
