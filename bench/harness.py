@@ -1,0 +1,128 @@
+"""Harness performance claims, side by side:
+
+1. workspace creation: hardlink vs copy, for repos of 100 and 2000 files;
+2. per-command overhead: bubblewrap sandbox vs a bare subprocess;
+3. parse_turn throughput on valid and malformed turns;
+4. BM25 search: first query (index build) and later queries.
+
+Run: PYTHONPATH=. python bench/harness.py  (about 15 s; single-threaded, safe on a shared machine)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from harnessrl.harness import sandbox as sb
+from harnessrl.harness.protocol import parse_turn, render_calls
+from harnessrl.harness.sandbox import Sandbox, create_workspace, remove_workspace
+from harnessrl.harness.tools import ALL_TOOLS
+from harnessrl.harness.tools.search import BM25Index
+
+
+def best_ms(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times) * 1000
+
+
+def make_repo(root: Path, n_files: int) -> Path:
+    # 50 files per package, ~4 KB each: a mid-sized Python project.
+    for i in range(n_files):
+        d = root / f"pkg{i // 50}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"mod{i}.py").write_text(
+            "".join(f"def f{i}_{j}(x):\n    return x * {j}  # helper\n\n" for j in range(100))
+        )
+    return root
+
+
+def bench_workspaces(tmp: Path) -> None:
+    print("workspace creation (best of 5)")
+    for n in (100, 2000):
+        snap = make_repo(tmp / f"snap{n}", n)
+        row = {}
+        for method in ("hardlink", "copy"):
+            times = []  # creation only; removal is not timed
+            for k in range(5):
+                dest = tmp / f"ws-{n}-{method}-{k}"
+                t = time.perf_counter()
+                create_workspace(snap, dest, method=method)
+                times.append(time.perf_counter() - t)
+                remove_workspace(dest)
+            row[method] = min(times) * 1000
+        plain = best_ms(lambda n=n, snap=snap: shutil.rmtree(shutil.copytree(snap, tmp / f"ct{n}")))
+        print(
+            f"  {n:>5} files: hardlink {row['hardlink']:7.1f} ms | copy {row['copy']:7.1f} ms | "
+            f"shutil.copytree+rmtree {plain:7.1f} ms | copy/hardlink {row['copy'] / row['hardlink']:5.1f}x"
+        )
+
+
+def bench_sandbox(tmp: Path) -> None:
+    print("per-command overhead (`true`, best of 10)")
+    ws = create_workspace(make_repo(tmp / "small", 10), tmp / "ws-cmd")
+    bare = best_ms(lambda: subprocess.run(["/bin/bash", "-c", "true"], check=False), 10)
+    line = f"  bare bash {bare:6.1f} ms"
+    if sb._bwrap_path() and sb._bwrap_works():
+        box = Sandbox(ws)
+        boxed = best_ms(lambda: box.run("true"), 10)
+        py = best_ms(lambda: box.run("python -c pass"), 5)
+        line += f" | bwrap sandbox {boxed:6.1f} ms ({boxed / bare:4.1f}x)"
+        line += f" | sandboxed `python -c pass` {py:6.1f} ms"
+    else:
+        line += " | bwrap unavailable"
+    fallback = Sandbox(ws, allow_unsandboxed=True)
+    fallback.unsandboxed = True  # force the fallback path even where bwrap works, to compare
+    line += f" | rlimit-only fallback {best_ms(lambda: fallback.run('true'), 10):6.1f} ms"
+    print(line)
+
+
+def bench_parser() -> None:
+    turns = {
+        "valid 3 calls": render_calls(
+            [("read_file", {"path": "a.py"}), ("grep", {"pattern": "x"}), ("list_dir", {})]
+        ),
+        "final text": "The function returns the sum of its arguments. " * 5,
+        "malformed": '<tool_call>{"name": "read_file", "arguments": {"path": 1}}</tool_call> trailing',
+    }
+    n = 5000
+    parts = []
+    for name, text in turns.items():
+        t = time.perf_counter()
+        for _ in range(n):
+            parse_turn(text, ALL_TOOLS)
+        parts.append(f"{name} {(time.perf_counter() - t) / n * 1e6:6.1f} us")
+    print("parse_turn per turn: " + " | ".join(parts))
+
+
+def bench_search(tmp: Path) -> None:
+    repo = make_repo(tmp / "search", 500)
+    index = BM25Index(repo)
+    t = time.perf_counter()
+    index.search("f123_7 helper", k=5)
+    first = (time.perf_counter() - t) * 1000
+    again = best_ms(lambda: index.search("return x helper", k=5), 3)
+    chunks = sum(len(cs) for _, cs in index._files.values())
+    print(
+        f"BM25 search over 500 files ({chunks} chunks): first query (builds index) {first:6.0f} ms | "
+        f"later queries {again:6.1f} ms"
+    )
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        bench_workspaces(tmp)
+        bench_sandbox(tmp)
+        bench_parser()
+        bench_search(tmp)
+
+
+if __name__ == "__main__":
+    main()
