@@ -85,9 +85,7 @@ def bench_sandbox(tmp: Path) -> None:
 
 def bench_parser() -> None:
     turns = {
-        "valid 3 calls": render_calls(
-            [("read_file", {"path": "a.py"}), ("grep", {"pattern": "x"}), ("list_dir", {})]
-        ),
+        "valid 3 calls": render_calls([("read_file", {"path": "a.py"}), ("grep", {"pattern": "x"}), ("list_dir", {})]),
         "final text": "The function returns the sum of its arguments. " * 5,
         "malformed": '<tool_call>{"name": "read_file", "arguments": {"path": 1}}</tool_call> trailing',
     }

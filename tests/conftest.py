@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from harnessrl.cli import main
+from harnessrl.harness import sandbox as sb
+
+# Sandbox tests skip on a laptop without bubblewrap, but never in CI (CI=true), where a missing
+# sandbox must fail loudly rather than hide behind a skip.
+SANDBOX_OK = sb._bwrap_path() is not None and sb._bwrap_works()
+needs_bwrap = pytest.mark.skipif(
+    not SANDBOX_OK and not os.environ.get("CI"), reason="needs bubblewrap (apt-get install bubblewrap)"
+)
 
 SMOKE = ["recipe=tiny_smoke"]
 
@@ -33,7 +42,14 @@ def smoke_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def smoke_run(smoke_env: dict[str, Path]) -> Path:
     """The tiny smoke recipe run once, uncached, through kfp's local runner."""
     run_dir = smoke_env["root"] / "run-first"
-    rc = run_cli("run", *SMOKE, f"data.dir={smoke_env['data']}", "--output-dir", str(run_dir),
-                 "--pipeline-root", str(smoke_env["kfp"]))
+    rc = run_cli(
+        "run",
+        *SMOKE,
+        f"data.dir={smoke_env['data']}",
+        "--output-dir",
+        str(run_dir),
+        "--pipeline-root",
+        str(smoke_env["kfp"]),
+    )
     assert rc == 0
     return run_dir

@@ -87,11 +87,15 @@ def test_cli_exits_2_with_one_line_and_writes_nothing(command: str, tmp_path: Pa
 
 
 def test_console_script_exit_codes() -> None:
-    ok = subprocess.run([sys.executable, "-m", "harnessrl.cli", "config", "validate", "recipe=qwen_coder_7b"],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "harnessrl.cli", "config", "validate", "recipe=qwen_coder_7b"],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, "-m", "harnessrl.cli", "config", "validate", "model=nope"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "harnessrl.cli", "config", "validate", "model=nope"], capture_output=True, text=True
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip() == "harnessrl: error: model: unknown option 'nope' (available: qwen_coder_7b, tiny)"
 

@@ -5,14 +5,14 @@ import time
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from harnessrl.harness import sandbox as sb
 from harnessrl.harness.episode import AssistantTurn, Budgets, Trajectory, run_episode
 from harnessrl.harness.protocol import render_calls
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
 from harnessrl.harness.tools import ALL_TOOLS, Tool, ToolContext, select
 
 UID = 61113
-HAS_BWRAP = bool(sb._bwrap_path()) and sb._bwrap_works()
+from tests.conftest import SANDBOX_OK as HAS_BWRAP  # noqa: E402
+from tests.conftest import needs_bwrap  # noqa: E402
 
 
 @pytest.fixture
@@ -157,12 +157,10 @@ def test_final_text_answer_goes_to_checker(ctx):
         ctx,
         checker=checker,
     )
-    assert (
-        traj.outcome.stop_reason == "end_tool" and traj.outcome.success is False and seen == {"answer": "41"}
-    )
+    assert traj.outcome.stop_reason == "end_tool" and traj.outcome.success is False and seen == {"answer": "41"}
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="needs bubblewrap")
+@needs_bwrap
 def test_calls_in_one_turn_run_in_parallel(ctx):
     sleepy = render_calls(
         [
@@ -197,9 +195,7 @@ def test_budgets(ctx):
 
 def test_too_many_calls_in_a_turn_is_malformed(ctx):
     turn = render_calls([("list_dir", {})] * 3)
-    traj = run_episode(
-        Scripted([turn, "ok"]), "x", select(["list_dir"]), ctx, budgets=Budgets(max_calls_per_turn=2)
-    )
+    traj = run_episode(Scripted([turn, "ok"]), "x", select(["list_dir"]), ctx, budgets=Budgets(max_calls_per_turn=2))
     assert traj.counts.malformed_turns == 1 and traj.counts.tool_calls == 0
     assert "at most 2" in traj.messages[2]["content"]
 

@@ -10,12 +10,10 @@ import pytest
 
 from harnessrl.harness import sandbox as sb
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace, replace_file
+from tests.conftest import needs_bwrap
 
 UID = 61111  # a uid nothing else on the machine uses, so leftover-process checks mean something
 ROOT = os.geteuid() == 0
-needs_bwrap = pytest.mark.skipif(
-    sb._bwrap_path() is None or not sb._bwrap_works(), reason="bubblewrap missing or cannot create namespaces"
-)
 needs_root = pytest.mark.skipif(not ROOT, reason="uid separation from the snapshot needs a root harness")
 
 

@@ -11,17 +11,13 @@ from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, 
 from harnessrl.harness.tools import ALL_TOOLS, ToolContext, ToolError, confine, files, select, truncate
 from harnessrl.harness.tools.search import BM25Index, tokenize
 from harnessrl.harness.tools.terminal import summarize_pytest
+from tests.conftest import needs_bwrap
 
 UID = 61112
-needs_bwrap = pytest.mark.skipif(
-    sb._bwrap_path() is None or not sb._bwrap_works(), reason="bubblewrap missing or cannot create namespaces"
-)
 
 FILES = {
     "calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
-    "calc/parser.py": (
-        "import os\n\n\ndef parse_expression(text):\n    tokens = text.split()\n    return tokens\n"
-    ),
+    "calc/parser.py": ("import os\n\n\ndef parse_expression(text):\n    tokens = text.split()\n    return tokens\n"),
     "tests/test_ops.py": (
         "from calc.ops import add, mul\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
         "def test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_broken():\n    assert add(1, 1) == 3\n"
@@ -109,9 +105,7 @@ def test_edit_file_unique_match_and_snapshot_untouched(env):
 
 def test_write_file_creates_and_overwrites(env):
     ctx, snap, _ = env
-    assert call(ctx, "write_file", path="new/deep/x.py", content="X = 1\n").startswith(
-        "created new/deep/x.py"
-    )
+    assert call(ctx, "write_file", path="new/deep/x.py", content="X = 1\n").startswith("created new/deep/x.py")
     assert (ctx.workspace / "new/deep/x.py").read_text() == "X = 1\n"
     assert call(ctx, "write_file", path="notes.txt", content="fresh\n").startswith("overwrote notes.txt")
     assert (snap / "notes.txt").read_text() == FILES["notes.txt"]
@@ -210,17 +204,9 @@ def test_symlink_planted_by_a_command_is_rejected(env):
 @needs_bwrap
 def test_grep(env):
     ctx, _, _ = env
-    assert (
-        call(ctx, "grep", pattern=r"def \w+\(a, b\)")
-        == "calc/ops.py:1:def add(a, b):\ncalc/ops.py:5:def mul(a, b):"
-    )
-    assert (
-        call(ctx, "grep", pattern="import", glob="test_*.py")
-        == "tests/test_ops.py:1:from calc.ops import add, mul"
-    )
-    assert (
-        call(ctx, "grep", pattern="IMPORT OS", ignore_case=True, path="calc") == "calc/parser.py:1:import os"
-    )
+    assert call(ctx, "grep", pattern=r"def \w+\(a, b\)") == "calc/ops.py:1:def add(a, b):\ncalc/ops.py:5:def mul(a, b):"
+    assert call(ctx, "grep", pattern="import", glob="test_*.py") == "tests/test_ops.py:1:from calc.ops import add, mul"
+    assert call(ctx, "grep", pattern="IMPORT OS", ignore_case=True, path="calc") == "calc/parser.py:1:import os"
     assert call(ctx, "grep", pattern="zzz_nothing") == "no matches"
     assert call(ctx, "grep", pattern="line", max_results=1).endswith("[2 more matches not shown]")
     with pytest.raises(ToolError):
@@ -255,9 +241,7 @@ def test_search_ranks_and_follows_edits(env):
 
 def test_bm25_scales_to_a_few_thousand_chunks(tmp_path):
     for i in range(300):
-        (tmp_path / f"m{i}.py").write_text(
-            "".join(f"def func_{i}_{j}(x):\n    return x + {j}\n" for j in range(50))
-        )
+        (tmp_path / f"m{i}.py").write_text("".join(f"def func_{i}_{j}(x):\n    return x + {j}\n" for j in range(50)))
     index = BM25Index(tmp_path)
     t = time.monotonic()
     hits = index.search("func_123_7", k=3)

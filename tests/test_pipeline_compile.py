@@ -27,10 +27,18 @@ def edges(spec: dict) -> dict[str, list[str]]:
 def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
     spec, _ = compile_ir(tmp_path, "recipe=tiny")
     assert edges(spec) == {
-        "base": [], "cpt": ["base"], "sft": ["cpt"], "rl": ["sft"], "long-horizon": ["rl"], "evaluate": ["long-horizon"],
+        "base": [],
+        "cpt": ["base"],
+        "sft": ["cpt"],
+        "rl": ["sft"],
+        "long-horizon": ["rl"],
+        "evaluate": ["long-horizon"],
     }
     rl_in = spec["root"]["dag"]["tasks"]["rl"]["inputs"]
-    assert rl_in["artifacts"]["parent"]["taskOutputArtifact"] == {"outputArtifactKey": "checkpoint", "producerTask": "sft"}
+    assert rl_in["artifacts"]["parent"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "checkpoint",
+        "producerTask": "sft",
+    }
     # Each task carries its own config slice, the data md5 and the code hash: the cache key.
     params = rl_in["parameters"]
     assert json.loads(params["config"]["runtimeValue"]["constant"]) == compose(["recipe=tiny"]).stage_slice("rl")
@@ -51,7 +59,9 @@ def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> 
     want = cfg.infra.for_stage("cpt")
     assert cpt["nodeSelector"]["labels"] == want.node_selector
     assert cpt["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert cpt["emptyDirMounts"] == [{"medium": "Memory", "mountPath": "/dev/shm", "sizeLimit": "64Gi", "volumeName": "dshm"}]
+    assert cpt["emptyDirMounts"] == [
+        {"medium": "Memory", "mountPath": "/dev/shm", "sizeLimit": "64Gi", "volumeName": "dshm"}
+    ]
     assert cpt["pvcMount"][0]["mountPath"] == "/models"
     assert cpt["secretAsEnv"][0]["secretName"] == "harnessrl-s3"
     assert cpt["activeDeadlineSeconds"] == str(want.timeout_s)
@@ -77,5 +87,5 @@ def test_local_infra_compiles_no_scheduling(tmp_path: Path) -> None:
 def test_accelerator_count_without_type_is_rejected(override: str) -> None:
     from harnessrl.config import ConfigError
 
-    with pytest.raises(ConfigError, match="infra.resources.cpt"):
+    with pytest.raises(ConfigError, match=r"infra\.resources\.cpt"):
         compose(["recipe=qwen_coder_7b", override, "infra.resources.cpt.accelerator_type=null"])

@@ -41,8 +41,18 @@ def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: 
 
 def test_rerun_with_nothing_changed_is_served_from_the_cache(smoke_run: Path, smoke_env: dict) -> None:
     again = smoke_env["root"] / "run-cached"
-    assert run_cli("run", *SMOKE, f"data.dir={smoke_env['data']}", "--output-dir", str(again),
-                   "--pipeline-root", str(smoke_env["kfp"])) == 0
+    assert (
+        run_cli(
+            "run",
+            *SMOKE,
+            f"data.dir={smoke_env['data']}",
+            "--output-dir",
+            str(again),
+            "--pipeline-root",
+            str(smoke_env["kfp"]),
+        )
+        == 0
+    )
     first, second = summary(smoke_run), summary(again)
     assert all(r["state"] == "cached" for r in second.values())
     assert {s: r["checkpoint"] for s, r in second.items()} == {s: r["checkpoint"] for s, r in first.items()}
@@ -50,11 +60,27 @@ def test_rerun_with_nothing_changed_is_served_from_the_cache(smoke_run: Path, sm
 
 def test_changing_one_stage_reruns_it_and_those_after_only(smoke_run: Path, smoke_env: dict) -> None:
     changed = smoke_env["root"] / "run-rl-changed"
-    assert run_cli("run", *SMOKE, "stages.rl.lr=0.0005", f"data.dir={smoke_env['data']}", "--output-dir",
-                   str(changed), "--pipeline-root", str(smoke_env["kfp"])) == 0
+    assert (
+        run_cli(
+            "run",
+            *SMOKE,
+            "stages.rl.lr=0.0005",
+            f"data.dir={smoke_env['data']}",
+            "--output-dir",
+            str(changed),
+            "--pipeline-root",
+            str(smoke_env["kfp"]),
+        )
+        == 0
+    )
     rows = summary(changed)
     assert {s: r["state"] for s, r in rows.items()} == {
-        "base": "cached", "cpt": "cached", "sft": "cached", "rl": "done", "long_horizon": "done", "eval": "done",
+        "base": "cached",
+        "cpt": "cached",
+        "sft": "cached",
+        "rl": "done",
+        "long_horizon": "done",
+        "eval": "done",
     }
     first = summary(smoke_run)
     assert rows["sft"]["checkpoint"] == first["sft"]["checkpoint"]
@@ -64,8 +90,20 @@ def test_changing_one_stage_reruns_it_and_those_after_only(smoke_run: Path, smok
 
 def test_disabled_stages_are_skipped_and_bridged(smoke_run: Path, smoke_env: dict) -> None:
     out = smoke_env["root"] / "run-no-rl"
-    assert run_cli("run", *SMOKE, "stages.rl.enabled=false", "stages.long_horizon.enabled=false",
-                   f"data.dir={smoke_env['data']}", "--output-dir", str(out), "--pipeline-root", str(smoke_env["kfp"])) == 0
+    assert (
+        run_cli(
+            "run",
+            *SMOKE,
+            "stages.rl.enabled=false",
+            "stages.long_horizon.enabled=false",
+            f"data.dir={smoke_env['data']}",
+            "--output-dir",
+            str(out),
+            "--pipeline-root",
+            str(smoke_env["kfp"]),
+        )
+        == 0
+    )
     rows = summary(out)
     assert list(rows) == ["base", "cpt", "sft", "eval"]
     assert rows["eval"]["state"] == "done" and rows["sft"]["state"] == "cached"

@@ -11,6 +11,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -18,7 +19,7 @@ from harnessrl.cli import main
 
 
 class FakeKfpApi(BaseHTTPRequestHandler):
-    received: list[tuple[str, str, dict]] = []
+    received: ClassVar[list[tuple[str, str, dict]]] = []
 
     def log_message(self, *args) -> None:  # keep test output clean
         pass
@@ -63,8 +64,19 @@ def kfp_api():
 
 def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: str, tmp_path: Path, capsys) -> None:
     out = tmp_path / "pipeline.yaml"
-    rc = main(["submit", "--host", kfp_api, "--experiment", "nightly", "recipe=qwen_coder_7b",
-               f"data.dir={tmp_path / 'data'}", "-o", str(out)])
+    rc = main(
+        [
+            "submit",
+            "--host",
+            kfp_api,
+            "--experiment",
+            "nightly",
+            "recipe=qwen_coder_7b",
+            f"data.dir={tmp_path / 'data'}",
+            "-o",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "run id: run-42" in printed
@@ -76,6 +88,13 @@ def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: s
     assert run["experiment_id"] == "exp-1"
     spec = run["pipeline_spec"]
     assert spec["pipeline_spec"]["pipelineInfo"]["name"] == "harnessrl-qwen-coder-7b"
-    assert set(spec["pipeline_spec"]["root"]["dag"]["tasks"]) == {"base", "cpt", "sft", "rl", "long-horizon", "evaluate"}
+    assert set(spec["pipeline_spec"]["root"]["dag"]["tasks"]) == {
+        "base",
+        "cpt",
+        "sft",
+        "rl",
+        "long-horizon",
+        "evaluate",
+    }
     executors = spec["platform_spec"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert executors["exec-rl"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "gpu-h100"}

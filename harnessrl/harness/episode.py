@@ -38,9 +38,7 @@ class AssistantTurn(BaseModel):
 
 
 class Policy(Protocol):
-    def __call__(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
-    ) -> AssistantTurn:
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
         """The next assistant turn. `tools` is the OpenAI-format list (for a chat template's
         `tools=`); `max_tokens` is what is left of the episode's token budget."""
         ...
@@ -125,7 +123,7 @@ def _run_call(call: ToolCall, tool: Tool, ctx: ToolContext, t0: float) -> CallRe
         output, error = tool.run(ctx, tool.args.model_validate(call.arguments)), False
     except ToolError as e:
         output, error = f"error: {e}", True
-    except Exception as e:  # noqa: BLE001 - a tool bug costs one call, never the episode
+    except Exception as e:
         output, error = f"error: the tool failed internally ({type(e).__name__}: {e})", True
     end = time.monotonic()
     return CallRecord(
@@ -148,15 +146,13 @@ def _run_calls(
         return list(pool.map(lambda c: _run_call(c, tools[c.name], ctx, t0), calls))
 
 
-def _check(
-    checker: Checker | None, workspace: Path, answer: str | None
-) -> tuple[bool | None, dict[str, Any]]:
+def _check(checker: Checker | None, workspace: Path, answer: str | None) -> tuple[bool | None, dict[str, Any]]:
     if checker is None:
         return None, {}
     try:
         success, details = checker(workspace, answer)
         return bool(success), dict(details)
-    except Exception as e:  # noqa: BLE001 - a broken checker fails the episode, not the run
+    except Exception as e:
         return False, {"checker_error": f"{type(e).__name__}: {e}"}
 
 

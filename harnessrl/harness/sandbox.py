@@ -22,6 +22,7 @@ while it is read. Loopback on the host is unreachable because the sandbox has it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import select
@@ -127,19 +128,15 @@ def replace_file(path: Path, content: str, parent_fd: int | None = None) -> None
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
                 f.write(content)
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.fchmod(f.fileno(), os.lstat(name, dir_fd=dfd).st_mode & 0o7777)
-                except FileNotFoundError:
-                    pass
                 if _running_as_root():
                     st = os.stat(dfd)
                     os.fchown(f.fileno(), st.st_uid, st.st_gid)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
             raise
     finally:
         if parent_fd is None:
@@ -233,7 +230,7 @@ class Sandbox:
     def _env(self) -> dict[str, str]:
         prefix_bins = [os.path.join(p, "bin") for p in _python_prefixes()]
         return {
-            "PATH": ":".join(prefix_bins + ["/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": ":".join([*prefix_bins, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": "/tmp",
             "USER": "sandbox",
             "LANG": "C.UTF-8",
@@ -265,7 +262,7 @@ class Sandbox:
         argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", cwd, "--clearenv"]
         for key, value in self._env().items():
             argv += ["--setenv", key, value]
-        return argv + ["--", *self._drop_privileges_argv(), *self._rlimit_argv(), "/bin/bash", "-c", command]
+        return [*argv, "--", *self._drop_privileges_argv(), *self._rlimit_argv(), "/bin/bash", "-c", command]
 
     def _fallback_argv(self, command: str) -> list[str]:
         """Rlimit-only fallback, used only with allow_unsandboxed=True.
@@ -363,10 +360,8 @@ def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[byt
 def _kill_tree(proc: subprocess.Popen) -> None:
     # The process group is bwrap's (start_new_session); killing bwrap makes the sandbox's pid 1 die
     # (--die-with-parent) and the kernel then kills everything in its pid namespace.
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()

@@ -184,9 +184,7 @@ def edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
     text = _read_text(ctx.workspace, real)
     n = text.count(args.old_str)
     if n == 0:
-        raise ToolError(
-            f"old_str not found in {args.path} (0 matches); copy it exactly, without line numbers"
-        )
+        raise ToolError(f"old_str not found in {args.path} (0 matches); copy it exactly, without line numbers")
     if n > 1:
         raise ToolError(f"old_str matches {n} times in {args.path}; include more context to make it unique")
     _write(ctx.workspace, real, text.replace(args.old_str, args.new_str, 1))
@@ -211,9 +209,7 @@ def write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
 
 TOOLS = [
     Tool("list_dir", "List a directory of the workspace.", ListDirArgs, list_dir),
-    Tool(
-        "read_file", "Read a text file, with line numbers; optionally a line range.", ReadFileArgs, read_file
-    ),
+    Tool("read_file", "Read a text file, with line numbers; optionally a line range.", ReadFileArgs, read_file),
     Tool("grep", "Search file contents with a regular expression; prints path:line:text.", GrepArgs, grep),
     Tool(
         "edit_file",

@@ -74,10 +74,7 @@ def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     command = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths])
     res = sandbox_run(ctx, command, args.timeout_s)
     c = summarize_pytest(res.output)
-    head = (
-        f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} "
-        f"skipped={c['skipped']}"
-    )
+    head = f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} skipped={c['skipped']}"
     return truncate(f"{head}\n{res.output}", ctx.output_chars)
 
 
