@@ -1,4 +1,8 @@
-"""Stage 1, CPT: continued pretraining on the recipe's code corpus, packed into fixed windows."""
+"""Stage 1, CPT: continued pretraining on the recipe's code corpus, on the DeepSpeed engine.
+
+Packed fixed-length windows of the corpus, ZeRO 0-3, fp32 or bf16, on 1 process in-process or on
+`world_size` processes through torchrun (gloo on CPU, nccl on GPU). Exports HF safetensors.
+"""
 
 from kfp.dsl import Input, Model, Output
 
@@ -8,18 +12,33 @@ from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    from harnessrl.train.launch import launch
+
+    return launch("components.cpt:train_job", ctx, TrainConfig.model_validate(ctx.cfg["stage"]).world_size)
+
+
+def train_job(ctx: StageContext, rank: int, world: int) -> dict:
+    """One rank's share of CPT; every rank runs this."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
-    from harnessrl.model.checkpoint import load, save
-    from harnessrl.train.loop import packed_batches, train
+    from harnessrl.model.checkpoint import load
+    from harnessrl.train.engine import export_hf
+    from harnessrl.train.loop import Run, packed_batches, train
 
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
     tokens: list[int] = []
     for path in corpus_files(ctx.data_dir):
         tokens += [*tok.encode(path.read_text(), add_special_tokens=False), tok.eos_token_id]
-    last = train(model, packed_batches(tokens, cfg, ctx.cfg["seed"]), cfg, ctx.out / "metrics.jsonl", "cpt")
-    save(model, tok, ctx.out)
-    return {"loss": last["loss"], "corpus_tokens": len(tokens), "steps": cfg.steps}
+    run = Run(ctx.out / "metrics.jsonl", "cpt", rank, world, ctx.state_dir, cfg.checkpoint_every)
+    engine, last = train(model, packed_batches(tokens, cfg, ctx.cfg["seed"], rank, world), cfg, run)
+    export_hf(engine, model, tok, ctx.out, rank)
+    return {
+        "loss": last["loss"],
+        "corpus_tokens": len(tokens),
+        "steps": cfg.steps,
+        "world_size": world,
+        "zero_stage": cfg.zero_stage,
+    }
 
 
 def cpt(

@@ -1,4 +1,9 @@
-"""Stage 2, SFT: tool-call syntax from expert conversations; loss on assistant tokens only."""
+"""Stage 2, SFT: tool-call syntax from expert trajectories; loss on the assistant's tokens only.
+
+Same engine, launcher and checkpoint conventions as CPT. The conversations are rendered segment by
+segment (see harnessrl.model.tokenizer.render_ids), so the trained ids are exactly the ids the chat
+template produces, and only the assistant's own output carries labels.
+"""
 
 from kfp.dsl import Input, Model, Output
 
@@ -8,18 +13,32 @@ from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    from harnessrl.train.launch import launch
+
+    return launch("components.sft:train_job", ctx, TrainConfig.model_validate(ctx.cfg["stage"]).world_size)
+
+
+def train_job(ctx: StageContext, rank: int, world: int) -> dict:
+    """One rank's share of SFT; every rank runs this."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
-    from harnessrl.model.checkpoint import load, save
+    from harnessrl.model.checkpoint import load
     from harnessrl.model.tokenizer import render_ids
-    from harnessrl.train.loop import masked_batches, train
+    from harnessrl.train.engine import export_hf
+    from harnessrl.train.loop import Run, masked_batches, train
 
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
     samples = [render_ids(tok, row["messages"]) for row in read_jsonl(ctx.data_dir / "sft.jsonl")]
-    batches = masked_batches(samples, cfg, tok.pad_token_id, ctx.cfg["seed"])
-    last = train(model, batches, cfg, ctx.out / "metrics.jsonl", "sft")
-    save(model, tok, ctx.out)
-    return {"loss": last["loss"], "conversations": len(samples), "steps": cfg.steps}
+    run = Run(ctx.out / "metrics.jsonl", "sft", rank, world, ctx.state_dir, cfg.checkpoint_every)
+    engine, last = train(model, masked_batches(samples, cfg, tok.pad_token_id, ctx.cfg["seed"], rank, world), cfg, run)
+    export_hf(engine, model, tok, ctx.out, rank)
+    return {
+        "loss": last["loss"],
+        "conversations": len(samples),
+        "steps": cfg.steps,
+        "world_size": world,
+        "zero_stage": cfg.zero_stage,
+    }
 
 
 def sft(

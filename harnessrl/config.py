@@ -97,6 +97,7 @@ class TrainConfig(Strict):
     precision: Literal["fp32", "bf16"] = "fp32"
     world_size: int = Field(1, gt=0, description="training processes (GPUs on a cluster)")
     log_every: int = Field(10, gt=0)
+    checkpoint_every: int = Field(0, ge=0, description="save a resumable state every N steps; 0: never")
 
 
 class RLConfig(Strict):

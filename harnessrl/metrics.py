@@ -17,11 +17,14 @@ class MetricsWriter:
         self._f.write(json.dumps({"time": round(time.time(), 3), **row}) + "\n")
         self._f.flush()
 
+    def close(self) -> None:
+        self._f.close()
+
     def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self._f.close()
+        self.close()
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -25,6 +25,7 @@ class StageContext:
     parent: Path | None  # previous stage's checkpoint; None for `base`
     out: Path  # where to write; renamed into place when the stage returns
     data_dir: Path
+    state_dir: Path | None = None  # resumable training state; survives a killed stage
 
 
 # The one number per stage that the run summary shows.
@@ -56,7 +57,13 @@ def run_stage(
     started = time.time()
     print(f"[{stage}] start: parent={parent or '-'} data={data_dir}", flush=True)
     with atomic_dir(out) as tmp:
-        ctx = StageContext(cfg=cfg, parent=Path(parent) if parent else None, out=tmp, data_dir=Path(data_dir))
+        ctx = StageContext(
+            cfg=cfg,
+            parent=Path(parent) if parent else None,
+            out=tmp,
+            data_dir=Path(data_dir),
+            state_dir=Path(out).with_name(Path(out).name + ".state"),
+        )
         metrics = work(ctx)
         metrics["seconds"] = round(time.time() - started, 2)
         write_manifest(

@@ -53,3 +53,18 @@ def smoke_run(smoke_env: dict[str, Path]) -> Path:
     )
     assert rc == 0
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The smoke recipe's data and base checkpoint, built directly (no pipeline), for stage tests."""
+    from components.base import work
+    from harnessrl.config import compose
+    from harnessrl.data.build import build
+    from harnessrl.stage import run_stage
+
+    root = tmp_path_factory.mktemp("tiny-base")
+    cfg = compose(SMOKE)
+    data = build(cfg.data, root / "data")
+    run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, str(root / "base"))
+    return {"root": root, "data": data, "base": root / "base"}

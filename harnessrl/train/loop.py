@@ -1,57 +1,55 @@
-"""The supervised training loop shared by CPT and SFT.
+"""The supervised training loop shared by CPT and SFT, on the DeepSpeed engine.
 
-One step = `grad_accum` micro-batches, a clipped AdamW update and one metrics row. The DeepSpeed
-engine (ZeRO, bf16, multi-process) replaces the plain optimizer in the training issue; the batches,
-schedule and metrics stay as they are.
+One step = `grad_accum` micro-batches per rank, one optimizer step, one metrics row. Batches come
+from a seeded, endless iterator, so a resumed run fast-forwards it and sees exactly the batches an
+uninterrupted run would have seen: after a resume the loss equals the uninterrupted run's.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from harnessrl.config import TrainConfig
 from harnessrl.metrics import MetricsWriter
+from harnessrl.train.engine import build_engine, load_state, save_state
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # input_ids [B, T], labels [B, T] (-100 = not trained)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup, then cosine or linear decay to lr * min_lr_ratio, or constant."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return cfg.lr
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    shape = 0.5 * (1 + math.cos(math.pi * progress)) if cfg.schedule == "cosine" else 1 - progress
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * shape)
-
-
-def packed_batches(tokens: list[int], cfg: TrainConfig, seed: int) -> Iterator[Batch]:
-    """Endless batches of seq_len windows cut from one long token stream (CPT packing)."""
+def packed_batches(tokens: list[int], cfg: TrainConfig, seed: int, rank: int = 0, world: int = 1) -> Iterator[Batch]:
+    """Endless batches of seq_len windows cut from one token stream (CPT packing); rank r of w
+    takes every w-th batch of one shared shuffled order, so ranks never see the same window."""
     n = (len(tokens) - 1) // cfg.seq_len
-    if n < 1:
-        raise ValueError(f"corpus has {len(tokens)} tokens, fewer than one sequence of {cfg.seq_len}")
-    data = torch.tensor(tokens[: n * cfg.seq_len + 1])
+    if n < cfg.micro_batch_size * world:
+        raise ValueError(
+            f"corpus has {len(tokens)} tokens: too few for {world} rank(s) of "
+            f"{cfg.micro_batch_size} x {cfg.seq_len}-token sequences"
+        )
+    data = torch.tensor(tokens[: n * cfg.seq_len])
     g = torch.Generator().manual_seed(seed)
     while True:
-        for idx in torch.randperm(n, generator=g).split(cfg.micro_batch_size):
+        order = torch.randperm(n, generator=g).split(cfg.micro_batch_size)
+        for idx in itertools.islice(order, rank, len(order) - len(order) % world, world):
             x = torch.stack([data[i * cfg.seq_len : (i + 1) * cfg.seq_len] for i in idx.tolist()])
             yield x, x.clone()  # HF shifts labels inside the model
 
 
 def masked_batches(
-    samples: list[tuple[list[int], list[bool]]], cfg: TrainConfig, pad_id: int, seed: int
+    samples: list[tuple[list[int], list[bool]]], cfg: TrainConfig, pad_id: int, seed: int, rank: int = 0, world: int = 1
 ) -> Iterator[Batch]:
     """Endless batches of conversations, right-padded; only assistant tokens carry labels (SFT)."""
+    if len(samples) < cfg.micro_batch_size * world:
+        raise ValueError(f"{len(samples)} conversations: too few for {world} rank(s) of {cfg.micro_batch_size}")
     g = torch.Generator().manual_seed(seed)
     while True:
-        for idx in torch.randperm(len(samples), generator=g).split(cfg.micro_batch_size):
+        order = torch.randperm(len(samples), generator=g).split(cfg.micro_batch_size)
+        for idx in itertools.islice(order, rank, len(order) - len(order) % world, world):
             rows = [samples[i] for i in idx.tolist()]
             width = min(cfg.seq_len, max(len(ids) for ids, _ in rows))
             x = torch.full((len(rows), width), pad_id)
@@ -63,36 +61,62 @@ def masked_batches(
             yield x, y
 
 
-def train(model: nn.Module, batches: Iterator[Batch], cfg: TrainConfig, metrics_path: Path, tag: str) -> dict:
-    """Run cfg.steps optimizer steps; returns the last step's metrics."""
-    torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    model.train()
+@dataclass(frozen=True)
+class Run:
+    """Where a training run writes, and who it is in the process group."""
+
+    metrics: Path
+    tag: str
+    rank: int = 0
+    world: int = 1
+    state_dir: Path | None = None  # DeepSpeed states for resume; None: no intermediate saves
+    checkpoint_every: int = 0
+
+
+def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, run: Run):
+    """cfg.steps optimizer steps on the DeepSpeed engine. Returns (engine, last step's metrics)."""
+    engine = build_engine(model, cfg)
+    start = load_state(engine, run.state_dir) if run.state_dir else 0
+    for _ in range(start * cfg.grad_accum):  # replay the data order up to the resumed step
+        next(batches)
+    engine.train()
     last: dict = {}
-    with MetricsWriter(metrics_path) as log:
-        for step in range(cfg.steps):
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            loss_sum, tokens = 0.0, 0
-            for _ in range(cfg.grad_accum):
-                x, y = next(batches)
-                loss = model(input_ids=x, labels=y).loss / cfg.grad_accum
-                loss.backward()
-                loss_sum += loss.item()
-                tokens += int((y != -100).sum())
-            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            dt = time.perf_counter() - t0
-            last = {"step": step + 1, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / dt}
+    log = MetricsWriter(run.metrics) if run.rank == 0 else None
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        lr = engine.get_lr()[0]
+        loss_sum = torch.zeros(2)  # summed loss, trained tokens
+        plain_norm = None
+        for micro in range(cfg.grad_accum):
+            x, y = next(batches)
+            loss = engine(input_ids=x, labels=y).loss
+            engine.backward(loss)
+            if micro == cfg.grad_accum - 1 and engine.zero_optimization_stage() == 0:
+                # Without ZeRO, DeepSpeed clips fp32 grads without keeping the norm: measure it here.
+                plain_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            engine.step()  # applies the update at the accumulation boundary only
+            loss_sum += torch.tensor([loss.item(), float((y[:, 1:] != -100).sum())])
+        if run.world > 1:
+            torch.distributed.all_reduce(loss_sum)
+        dt = time.perf_counter() - t0
+        last = {
+            "step": step + 1,
+            "loss": float(loss_sum[0]) / (cfg.grad_accum * run.world),
+            "lr": lr,
+            "grad_norm": float(engine.get_global_grad_norm() if plain_norm is None else plain_norm),
+            "tokens_per_s": float(loss_sum[1]) / dt,
+        }
+        if log:
             log.write(last)
             if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
                 print(
-                    f"[{tag}] step {step + 1}/{cfg.steps} loss {loss_sum:.4f} lr {lr:.2e} "
-                    f"gnorm {grad_norm:.2f} {tokens / dt:,.0f} tok/s",
+                    f"[{run.tag}] step {step + 1}/{cfg.steps} loss {last['loss']:.4f} lr {last['lr']:.2e} "
+                    f"gnorm {last['grad_norm']:.2f} {last['tokens_per_s']:,.0f} tok/s",
                     flush=True,
                 )
-    model.eval()
-    return last
+        if run.state_dir and run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < cfg.steps:
+            save_state(engine, run.state_dir, step + 1)
+    if log:
+        log.close()
+    engine.eval()
+    return engine, last

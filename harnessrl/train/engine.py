@@ -1,0 +1,60 @@
+"""The DeepSpeed engine from a TrainConfig: ZeRO 0-3, fp32 or bf16, accumulation, schedule, clipping.
+
+The optimizer is a client `torch.optim.AdamW`: it works at every ZeRO stage on CPU and GPU, and
+avoids JIT-compiling fused Adam on CPU. The schedule is a LambdaLR over `lr_at`, which DeepSpeed
+steps once per optimizer step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from harnessrl.config import TrainConfig
+from harnessrl.train.schedule import lr_at
+
+
+def ds_config(cfg: TrainConfig) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "gradient_clipping": cfg.grad_clip,
+        "bf16": {"enabled": cfg.precision == "bf16"},
+        "zero_optimization": {"stage": cfg.zero_stage, "stage3_gather_16bit_weights_on_model_save": True},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_engine(model: torch.nn.Module, cfg: TrainConfig):
+    import deepspeed
+
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_at(step, cfg) / cfg.lr)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config(cfg))
+    return engine
+
+
+def save_state(engine, state_dir: Path, step: int) -> None:
+    """Full training state (weights, optimizer, scheduler, step) for an exact resume."""
+    engine.save_checkpoint(str(state_dir), tag=f"step{step}", client_state={"step": step})
+
+
+def load_state(engine, state_dir: Path) -> int:
+    """Resume from the newest complete state in state_dir; returns the step to continue from (0 if none)."""
+    if not (state_dir / "latest").is_file():
+        return 0
+    _, client = engine.load_checkpoint(str(state_dir), load_module_strict=True)
+    return int(client["step"])
+
+
+def export_hf(engine, model, tok, out: Path, rank: int) -> None:
+    """Hugging Face safetensors of the trained weights, written by rank 0.
+
+    Under ZeRO-3 each rank holds a shard, so every rank joins the gather; ZeRO 0-2 keep full weights.
+    """
+    state = engine._zero3_consolidated_16bit_state_dict() if engine.zero_optimization_stage() == 3 else None
+    if rank == 0:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+        tok.save_pretrained(out)

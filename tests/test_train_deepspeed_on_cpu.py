@@ -1,0 +1,125 @@
+"""CPT and SFT on the DeepSpeed engine on CPU (gloo): golden losses, exact resume, ZeRO-2/3 on 2 processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from harnessrl.config import TrainConfig, compose
+from harnessrl.metrics import read_metrics
+from harnessrl.model.checkpoint import load
+from harnessrl.stage import run_stage
+from harnessrl.train import distributed
+from harnessrl.train.loop import Run, packed_batches, train
+from tests.conftest import SMOKE
+
+# fp32, ZeRO-0, seed 0, the smoke recipe's base model and corpus: DeepSpeed's fp32 losses equal a
+# plain torch loop's, so these also pin the model, the tokenizer and the data build.
+GOLDEN_CPT_LOSSES = [6.9884, 6.7985, 6.5801]
+
+
+def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:
+    from components.cpt import work
+
+    cfg = compose([*SMOKE, *overrides])
+    run_stage("cpt", work, json.dumps(cfg.stage_slice("cpt")), str(tiny_base["data"]), "md5",
+              str(tiny_base["base"]), str(out))
+    return {"cfg": cfg, "metrics": read_metrics(out / "metrics.jsonl")}
+
+
+def test_golden_cpt_losses_single_process(tiny_base: dict, tmp_path: Path) -> None:
+    got = cpt_stage(tiny_base, tmp_path / "cpt")["metrics"]
+    assert [round(m["loss"], 4) for m in got] == GOLDEN_CPT_LOSSES
+    assert all(m["grad_norm"] > 0 and m["tokens_per_s"] > 0 and m["lr"] > 0 for m in got)
+    model, _ = load(tmp_path / "cpt")  # exported HF safetensors load as they are
+    assert sum(p.numel() for p in model.parameters()) == 427136
+
+
+def corpus_tokens(tiny_base: dict) -> list[int]:
+    from harnessrl.data.build import corpus_files
+
+    _, tok = load(tiny_base["base"])
+    out: list[int] = []
+    for p in corpus_files(tiny_base["data"]):
+        out += [*tok.encode(p.read_text(), add_special_tokens=False), tok.eos_token_id]
+    return out
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after(batches, n: int):
+    for i, b in enumerate(batches):
+        if i == n:
+            raise Crash
+        yield b
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_resume_reproduces_the_uninterrupted_losses(tiny_base: dict, tmp_path: Path, zero_stage: int) -> None:
+    distributed.setup()
+    tokens = corpus_tokens(tiny_base)
+    cfg = TrainConfig(steps=6, micro_batch_size=2, grad_accum=2, seq_len=64, lr=3e-3, warmup_steps=2,
+                      zero_stage=zero_stage, log_every=100)
+
+    def fresh():
+        torch.manual_seed(0)
+        return load(tiny_base["base"])[0]
+
+    train(fresh(), packed_batches(tokens, cfg, 0), cfg, Run(tmp_path / "full.jsonl", "full"))
+    state = tmp_path / "state"
+    with pytest.raises(Crash):  # killed during step 5, after the state of step 4 was saved
+        train(fresh(), crash_after(packed_batches(tokens, cfg, 0), 9), cfg,
+              Run(tmp_path / "a.jsonl", "a", state_dir=state, checkpoint_every=2))
+    train(fresh(), packed_batches(tokens, cfg, 0), cfg, Run(tmp_path / "b.jsonl", "b", state_dir=state, checkpoint_every=2))
+    full, resumed = read_metrics(tmp_path / "full.jsonl"), read_metrics(tmp_path / "b.jsonl")
+    assert [m["step"] for m in resumed] == [5, 6]
+    for a, b in zip(full[4:], resumed, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6)
+        assert b["lr"] == pytest.approx(a["lr"])
+
+
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_two_process_zero_on_gloo(tiny_base: dict, tmp_path: Path, zero_stage: int) -> None:
+    out = tmp_path / f"cpt-z{zero_stage}"
+    run = cpt_stage(tiny_base, out, "stages.cpt.world_size=2", f"stages.cpt.zero_stage={zero_stage}",
+                    "stages.cpt.micro_batch_size=2")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["metrics"]["world_size"] == 2 and manifest["metrics"]["zero_stage"] == zero_stage
+    losses = [m["loss"] for m in run["metrics"]]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0]
+    model, _ = load(out)  # ZeRO-3 shards were gathered into one HF checkpoint
+    ref, _ = load(tiny_base["base"])
+    changed = [n for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True)
+               if not torch.equal(p, q)]
+    assert len(changed) == len(list(ref.parameters()))  # every tensor was trained and exported
+    assert not any((out.parent / name).exists() for name in (".launch.json", ".launch-result.json"))
+
+
+def test_bf16_zero2_single_process(tiny_base: dict, tmp_path: Path) -> None:
+    run = cpt_stage(tiny_base, tmp_path / "bf16", "stages.cpt.precision=bf16", "stages.cpt.zero_stage=2")
+    losses = [m["loss"] for m in run["metrics"]]
+    assert losses[0] == pytest.approx(GOLDEN_CPT_LOSSES[0], abs=0.05)  # bf16 rounding, same model and data
+    assert losses[-1] < losses[0]
+
+
+def test_sft_trains_only_assistant_tokens(tiny_base: dict, tmp_path: Path) -> None:
+    from components.sft import work
+    from harnessrl.data.build import read_jsonl
+    from harnessrl.model.tokenizer import render_ids
+
+    cfg = compose(SMOKE)
+    run_stage("sft", work, json.dumps(cfg.stage_slice("sft")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
+              str(tmp_path / "sft"))
+    metrics = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    assert len(metrics) == cfg.stages.sft.steps and metrics[-1]["loss"] < metrics[0]["loss"]
+    _, tok = load(tiny_base["base"])
+    ids, mask = render_ids(tok, read_jsonl(tiny_base["data"] / "sft.jsonl")[0]["messages"])
+    trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    assert "<tool_call>" in trained and "<|im_end|>" in trained
+    assert "<tool_response>" not in trained and "You are a coding agent" not in trained
