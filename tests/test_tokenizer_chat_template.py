@@ -10,8 +10,11 @@ from harnessrl.model.tokenizer import IM_END, render_ids, segments
 CONVERSATION = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": "In repo r1, what is the value of MAX_RETRIES?"},
-    {"role": "assistant", "content": '<tool_call>{"name": "grep", "arguments": {"pattern": "^MAX_RETRIES ="}}</tool_call>'
-     '<tool_call>{"name": "read_file", "arguments": {"path": "a/b.py"}}</tool_call>'},
+    {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "grep", "arguments": {"pattern": "^MAX_RETRIES ="}}</tool_call>'
+        '<tool_call>{"name": "read_file", "arguments": {"path": "a/b.py"}}</tool_call>',
+    },
     {"role": "tool", "content": "a/b.py:3:MAX_RETRIES = 7"},
     {"role": "tool", "content": "MAX_RETRIES = 7\n"},
     {"role": "assistant", "content": "7"},
@@ -23,7 +26,8 @@ def test_rendered_segments_equal_the_chat_template(tiny_base: dict) -> None:
     assert tok.apply_chat_template(CONVERSATION, tokenize=False) == "".join(t for t, _ in segments(CONVERSATION))
     prompt = CONVERSATION[:2]
     assert tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True) == "".join(
-        t for t, _ in segments(prompt, add_generation_prompt=True))
+        t for t, _ in segments(prompt, add_generation_prompt=True)
+    )
 
 
 def test_retokenizing_a_trajectory_gives_the_generated_ids(tiny_base: dict) -> None:
@@ -40,15 +44,20 @@ def test_retokenizing_a_trajectory_gives_the_generated_ids(tiny_base: dict) -> N
         span = ids[len(prefix_ids) : len(prefix_ids) + len(generated)]
         assert span == generated
         assert all(mask[len(prefix_ids) : len(prefix_ids) + len(generated)])
-    assert sum(mask) == sum(len(tok.encode(m["content"] + IM_END, add_special_tokens=False))
-                            for m in CONVERSATION if m["role"] == "assistant")
+    assert sum(mask) == sum(
+        len(tok.encode(m["content"] + IM_END, add_special_tokens=False))
+        for m in CONVERSATION
+        if m["role"] == "assistant"
+    )
 
 
 def test_structured_tool_calls_render_as_hermes_tags(tiny_base: dict) -> None:
     _, tok = load(tiny_base["base"])
     call = {"name": "grep", "arguments": {"pattern": "x"}}
-    msgs = [{"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]}]
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]},
+    ]
     text = tok.apply_chat_template(msgs, tokenize=False)
     assert f"<tool_call>{json.dumps(call)}</tool_call>" in text
     assert text == "".join(t for t, _ in segments(msgs))

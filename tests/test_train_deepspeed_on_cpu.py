@@ -25,8 +25,9 @@ def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:
     from components.cpt import work
 
     cfg = compose([*SMOKE, *overrides])
-    run_stage("cpt", work, json.dumps(cfg.stage_slice("cpt")), str(tiny_base["data"]), "md5",
-              str(tiny_base["base"]), str(out))
+    run_stage(
+        "cpt", work, json.dumps(cfg.stage_slice("cpt")), str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out)
+    )
     return {"cfg": cfg, "metrics": read_metrics(out / "metrics.jsonl")}
 
 
@@ -63,8 +64,16 @@ def crash_after(batches, n: int):
 def test_resume_reproduces_the_uninterrupted_losses(tiny_base: dict, tmp_path: Path, zero_stage: int) -> None:
     distributed.setup()
     tokens = corpus_tokens(tiny_base)
-    cfg = TrainConfig(steps=6, micro_batch_size=2, grad_accum=2, seq_len=64, lr=3e-3, warmup_steps=2,
-                      zero_stage=zero_stage, log_every=100)
+    cfg = TrainConfig(
+        steps=6,
+        micro_batch_size=2,
+        grad_accum=2,
+        seq_len=64,
+        lr=3e-3,
+        warmup_steps=2,
+        zero_stage=zero_stage,
+        log_every=100,
+    )
 
     def fresh():
         torch.manual_seed(0)
@@ -73,9 +82,18 @@ def test_resume_reproduces_the_uninterrupted_losses(tiny_base: dict, tmp_path: P
     train(fresh(), packed_batches(tokens, cfg, 0), cfg, Run(tmp_path / "full.jsonl", "full"))
     state = tmp_path / "state"
     with pytest.raises(Crash):  # killed during step 5, after the state of step 4 was saved
-        train(fresh(), crash_after(packed_batches(tokens, cfg, 0), 9), cfg,
-              Run(tmp_path / "a.jsonl", "a", state_dir=state, checkpoint_every=2))
-    train(fresh(), packed_batches(tokens, cfg, 0), cfg, Run(tmp_path / "b.jsonl", "b", state_dir=state, checkpoint_every=2))
+        train(
+            fresh(),
+            crash_after(packed_batches(tokens, cfg, 0), 9),
+            cfg,
+            Run(tmp_path / "a.jsonl", "a", state_dir=state, checkpoint_every=2),
+        )
+    train(
+        fresh(),
+        packed_batches(tokens, cfg, 0),
+        cfg,
+        Run(tmp_path / "b.jsonl", "b", state_dir=state, checkpoint_every=2),
+    )
     full, resumed = read_metrics(tmp_path / "full.jsonl"), read_metrics(tmp_path / "b.jsonl")
     assert [m["step"] for m in resumed] == [5, 6]
     for a, b in zip(full[4:], resumed, strict=True):
@@ -86,8 +104,13 @@ def test_resume_reproduces_the_uninterrupted_losses(tiny_base: dict, tmp_path: P
 @pytest.mark.parametrize("zero_stage", [2, 3])
 def test_two_process_zero_on_gloo(tiny_base: dict, tmp_path: Path, zero_stage: int) -> None:
     out = tmp_path / f"cpt-z{zero_stage}"
-    run = cpt_stage(tiny_base, out, "stages.cpt.world_size=2", f"stages.cpt.zero_stage={zero_stage}",
-                    "stages.cpt.micro_batch_size=2")
+    run = cpt_stage(
+        tiny_base,
+        out,
+        "stages.cpt.world_size=2",
+        f"stages.cpt.zero_stage={zero_stage}",
+        "stages.cpt.micro_batch_size=2",
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["metrics"]["world_size"] == 2 and manifest["metrics"]["zero_stage"] == zero_stage
     losses = [m["loss"] for m in run["metrics"]]
@@ -95,8 +118,11 @@ def test_two_process_zero_on_gloo(tiny_base: dict, tmp_path: Path, zero_stage: i
     assert losses[-1] < losses[0]
     model, _ = load(out)  # ZeRO-3 shards were gathered into one HF checkpoint
     ref, _ = load(tiny_base["base"])
-    changed = [n for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True)
-               if not torch.equal(p, q)]
+    changed = [
+        n
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True)
+        if not torch.equal(p, q)
+    ]
     assert len(changed) == len(list(ref.parameters()))  # every tensor was trained and exported
     assert not any((out.parent / name).exists() for name in (".launch.json", ".launch-result.json"))
 
@@ -114,8 +140,15 @@ def test_sft_trains_only_assistant_tokens(tiny_base: dict, tmp_path: Path) -> No
     from harnessrl.model.tokenizer import render_ids
 
     cfg = compose(SMOKE)
-    run_stage("sft", work, json.dumps(cfg.stage_slice("sft")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
-              str(tmp_path / "sft"))
+    run_stage(
+        "sft",
+        work,
+        json.dumps(cfg.stage_slice("sft")),
+        str(tiny_base["data"]),
+        "md5",
+        str(tiny_base["base"]),
+        str(tmp_path / "sft"),
+    )
     metrics = read_metrics(tmp_path / "sft" / "metrics.jsonl")
     assert len(metrics) == cfg.stages.sft.steps and metrics[-1]["loss"] < metrics[0]["loss"]
     _, tok = load(tiny_base["base"])
