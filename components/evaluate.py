@@ -24,7 +24,7 @@ def evaluate_checkpoint(path, tasks: list[dict], cfg: EvalConfig, repos, dtype: 
     rows = []
     for seed in cfg.seeds:
         for c, t in zip(generate(model, tok, prompts, cfg.max_new_tokens, 0.0, seed), tasks, strict=False):
-            rows.append(score(tok.decode(c), t, repos))
+            rows.append(score(tok.decode(c.token_ids), t, repos))
     n = len(rows)
     return {
         "success": sum(r["success"] for r in rows) / n,

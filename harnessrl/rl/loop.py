@@ -55,7 +55,10 @@ def train_rl(
             prompts = [render_ids(tok, t["messages"], add_generation_prompt=True)[0] for t in batch]
             flat = [p for p in prompts for _ in range(cfg.group_size)]
             model.eval()
-            completions = generate(model, tok, flat, cfg.max_new_tokens, cfg.temperature, seed * 100_003 + step)
+            completions = [
+                c.token_ids
+                for c in generate(model, tok, flat, cfg.max_new_tokens, cfg.temperature, seed * 100_003 + step)
+            ]
             scores = [
                 score(tok.decode(c), t, repos)
                 for c, t in zip(completions, [t for t in batch for _ in range(cfg.group_size)], strict=False)
