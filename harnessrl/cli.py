@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p)
     p.add_argument("--output-dir", type=Path, help="run directory (default: runs/<recipe>-<timestamp>)")
     p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue a killed run: finished stages come from the cache, a killed stage from its last state",
+    )
+    p.add_argument(
         "--pipeline-root",
         type=Path,
         default=Path("runs/.kfp"),
@@ -93,13 +99,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pipelines.local import print_summary, run_local
+    from pipelines.local import print_summary, read_run, run_local
 
-    cfg = compose(args.overrides)  # validates before anything is written
-    run_dir = args.output_dir or Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if args.resume:
+        if args.overrides or args.output_dir:
+            print(
+                "harnessrl: error: --resume takes the run's own overrides and directory; give neither", file=sys.stderr
+            )
+            return EXIT_BAD_INPUT
+        try:
+            recorded = read_run(args.resume)
+        except FileNotFoundError as e:
+            print(f"harnessrl: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        overrides, run_dir = recorded["overrides"], args.resume
+        pipeline_root, data_root = Path(recorded["pipeline_root"]), Path(recorded["data_root"])
+    else:
+        overrides, pipeline_root, data_root = args.overrides, args.pipeline_root, Path.cwd()
+    cfg = compose(overrides)  # validates before anything is written
+    run_dir = run_dir if args.resume else args.output_dir or Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
     t0 = time.time()
     try:
-        rows = run_local(cfg, run_dir, args.pipeline_root, Path.cwd())
+        rows = run_local(cfg, run_dir, pipeline_root, data_root, overrides)
     except RuntimeError as e:  # kfp.local raises when a task fails; its log is above
         print(f"harnessrl: run failed: {e}\n  logs: {run_dir / 'kfp.log'}", file=sys.stderr)
         return 1

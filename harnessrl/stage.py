@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harnessrl.config import config_hash
 from harnessrl.io import atomic_dir
 from harnessrl.lineage.manifest import write_manifest
 
@@ -39,6 +41,16 @@ KEY_METRIC = {
 }
 
 
+def _state_dir(stage: str, cfg: dict, parent: str | None, out: str) -> Path:
+    """Where a stage keeps its resumable state. `harnessrl run` points HARNESSRL_STATE_ROOT into the run
+    directory, so a resumed run (which kfp gives new output paths) finds the state of the killed one;
+    the key holds the config and parent, so a changed stage never resumes from a stale state."""
+    root = os.environ.get("HARNESSRL_STATE_ROOT")
+    if not root:
+        return Path(out).with_name(Path(out).name + ".state")
+    return Path(root) / stage / config_hash({"config": cfg, "parent": parent})[:16]
+
+
 def run_stage(
     stage: str,
     work: Callable[[StageContext], dict],
@@ -56,13 +68,14 @@ def run_stage(
     torch.set_num_threads(max(1, int(os.environ.get("HARNESSRL_THREADS", os.cpu_count() or 1))))
     started = time.time()
     print(f"[{stage}] start: parent={parent or '-'} data={data_dir}", flush=True)
+    state_dir = _state_dir(stage, cfg, parent, out)
     with atomic_dir(out) as tmp:
         ctx = StageContext(
             cfg=cfg,
             parent=Path(parent) if parent else None,
             out=tmp,
             data_dir=Path(data_dir),
-            state_dir=Path(out).with_name(Path(out).name + ".state"),
+            state_dir=state_dir,
         )
         metrics = work(ctx)
         metrics["seconds"] = round(time.time() - started, 2)
@@ -76,5 +89,6 @@ def run_stage(
             started=started,
             seed=cfg["seed"],
         )
+    shutil.rmtree(state_dir, ignore_errors=True)  # the checkpoint is complete: its resume state is spent
     print(f"[{stage}] done in {time.time() - started:.1f}s: {json.dumps(metrics)}", flush=True)
     return float(metrics[KEY_METRIC[stage]])

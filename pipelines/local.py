@@ -8,6 +8,7 @@ all runs (so a re-run with nothing changed is served from the cache).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import yaml
 from harnessrl.config import Config
 from harnessrl.data.build import build as build_data
 from harnessrl.data.md5 import dvc_dir_md5
-from harnessrl.io import write_json
+from harnessrl.io import atomic_write_text, write_json
 from harnessrl.lineage.manifest import chain, code_hash
 from harnessrl.stage import KEY_METRIC
 from pipelines.dag import Inputs, build_pipeline
@@ -110,12 +111,30 @@ def ensure_data(cfg: Config, root: Path) -> tuple[Path, str]:
     return data_dir.resolve(), dvc_dir_md5(data_dir)
 
 
-def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path) -> list[dict]:
-    """Execute the DAG; returns one summary row per stage, also written to run_dir/summary.json."""
+RUN_FILE = "run.json"
+
+
+def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, overrides: list[str]) -> list[dict]:
+    """Execute the DAG; returns one summary row per stage, also written to run_dir/summary.json.
+
+    Running again into the same run directory resumes it: finished stages come from kfp's cache, and
+    a killed stage continues from the training state it saved under run_dir/state.
+    """
     from kfp import local
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    write_json(
+        run_dir / RUN_FILE,
+        {
+            "recipe": cfg.name,
+            "overrides": overrides,
+            "pipeline_root": str(pipeline_root.resolve()),
+            "data_root": str(data_root.resolve()),
+        },
+    )
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    # Inherited by the task subprocesses; process env is not part of kfp's cache key.
+    os.environ["HARNESSRL_STATE_ROOT"] = str((run_dir / "state").resolve())
     data_dir, data_md5 = ensure_data(cfg, data_root)
     pipeline = build_pipeline(cfg, Inputs(str(data_dir), data_md5, code_hash()))
 
@@ -162,6 +181,14 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path) 
         os.symlink(path, link)
     write_json(run_dir / "summary.json", {"recipe": cfg.name, "seconds": round(time.time() - t0, 2), "stages": rows})
     return rows
+
+
+def read_run(run_dir: Path) -> dict:
+    """What `harnessrl run` recorded about a run directory, for --resume."""
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a harnessrl run directory (no {RUN_FILE})")
+    return json.loads(path.read_text())
 
 
 def print_summary(rows: list[dict], total_s: float) -> None:

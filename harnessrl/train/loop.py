@@ -8,6 +8,8 @@ uninterrupted run would have seen: after a resume the loss equals the uninterrup
 from __future__ import annotations
 
 import itertools
+import json
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from pathlib import Path
 import torch
 
 from harnessrl.config import TrainConfig
-from harnessrl.metrics import MetricsWriter
+from harnessrl.metrics import MetricsWriter, read_metrics
 from harnessrl.train.engine import build_engine, load_state, save_state
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # input_ids [B, T], labels [B, T] (-100 = not trained)
@@ -79,6 +81,10 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
     start = load_state(engine, run.state_dir) if run.state_dir else 0
     for _ in range(start * cfg.grad_accum):  # replay the data order up to the resumed step
         next(batches)
+    if start and run.rank == 0:  # keep the metrics of the steps the resumed state already holds
+        print(f"[{run.tag}] resumed at step {start}/{cfg.steps} from {run.state_dir}", flush=True)
+        saved = read_metrics(run.state_dir / "metrics.jsonl")
+        run.metrics.write_text("".join(json.dumps(m) + "\n" for m in saved if m["step"] <= start))
     engine.train()
     last: dict = {}
     log = MetricsWriter(run.metrics) if run.rank == 0 else None
@@ -116,6 +122,9 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
                 )
         if run.state_dir and run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < cfg.steps:
             save_state(engine, run.state_dir, step + 1)
+            if log:
+                log.flush()
+                shutil.copyfile(run.metrics, run.state_dir / "metrics.jsonl")
     if log:
         log.close()
     engine.eval()
