@@ -57,9 +57,11 @@ def top_level_names(repo_dir: Path) -> list[str]:
 
 
 def _test_file(fn: Function, rows: Rows) -> str:
-    return f"from {fn.module} import {fn.name}\n\n\ndef test_{fn.name.lstrip('_')}():\n" + "\n".join(
-        assertions("", rows)
-    ) + "\n"
+    return (
+        f"from {fn.module} import {fn.name}\n\n\ndef test_{fn.name.lstrip('_')}():\n"
+        + "\n".join(assertions("", rows))
+        + "\n"
+    )
 
 
 def _hidden_test(fn: Function, rows: Rows) -> str:
@@ -141,12 +143,18 @@ def repo_tasks(
         rel = f"repos/{split}/{tid}"
         shutil.move(work, out / rel)
         old, new = _unique_context((repo_dir / fn.path).read_text(), m, mutated)
-        tasks.append(Task(
-            id=f"{SUITE}/{tid}", suite=SUITE, split=split, repo=rel,  # type: ignore[arg-type]
-            instruction=f"The test {test_path} fails. Find the bug and fix it; do not change the test.",
-            tools=TOOLS, check=check,
-            solution=Solution(kind=m.kind, path=fn.path, old=old, new=new, test_path=test_path, name=fn.name),
-        ))  # fmt: skip
+        tasks.append(
+            Task(
+                id=f"{SUITE}/{tid}",
+                suite=SUITE,
+                split=split,
+                repo=rel,  # type: ignore[arg-type]
+                instruction=f"The test {test_path} fails. Find the bug and fix it; do not change the test.",
+                tools=TOOLS,
+                check=check,
+                solution=Solution(kind=m.kind, path=fn.path, old=old, new=new, test_path=test_path, name=fn.name),
+            )
+        )
     shutil.rmtree(work, ignore_errors=True)
     return tasks
 

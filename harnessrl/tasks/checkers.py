@@ -4,10 +4,10 @@ question tasks, by comparing the final answer with the known one.
 A code check runs the task's hidden test file (pytest style: test_* functions of plain asserts) in the
 sandbox, from a private /tmp, never from the workspace: the agent can edit the repo's own tests but not
 the check. A ten-line runner calls the test functions instead of pytest: 0.15 s instead of 0.5 s per
-check, which every RL episode pays. Imports are pinned too. Only the task's own top-level packages are served from /workspace (a meta-path finder in the check's
-runner), so a `json.py` the agent drops in the workspace cannot shadow the stdlib, and the workspace
-copy of a package wins even where the same package is installed. Workspace modules are compiled from
-source, so a planted .pyc is never loaded in place of the source.
+check, which every RL episode pays. Imports are pinned too: only the task's own top-level packages
+come from /workspace (a meta-path finder in the runner), so a `json.py` the agent drops there cannot
+shadow the stdlib, and the workspace copy of a package wins even where the same package is installed.
+Workspace modules are compiled from source, so a planted .pyc never stands in for the source.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, Sandbo
 from harnessrl.harness.tools.terminal import summarize_pytest
 from harnessrl.tasks.task import Task
 
-WORKSPACE_IMPORTS = '''\
+WORKSPACE_IMPORTS = """\
 import importlib
 import importlib.machinery
 import inspect
@@ -54,7 +54,7 @@ class WorkspaceFinder:
 
 
 sys.meta_path.insert(0, WorkspaceFinder)
-'''
+"""
 
 RUNNER = """
 tests = runpy.run_path("test_check.py", run_name="test_check")

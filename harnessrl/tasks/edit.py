@@ -51,42 +51,60 @@ def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str,
     fn = rng.choice([f for f in functions if f.name in used] or functions)
     new = _fresh(rng, names)
     mod = _module(fn.path)
-    extra = [f"    m = importlib.import_module({mod!r})", f"    assert not hasattr(m, {fn.name!r})",
-             f"    assert callable(m.{new})"]  # fmt: skip
-    tasks.append(Task(
-        id=f"{SUITE}/{rid}/rename", **base,
-        instruction=f"Rename the function {fn.name} to {new} everywhere in the repository.",
-        tools=TOOLS, check=Check(kind="tests", test=_test(repo, rows, extra, (fn.name, new)), packages=[repo.package]),
-        solution=Solution(kind="rename", name=fn.name, new_name=new, path=fn.path),
-    ))  # fmt: skip
+    extra = [
+        f"    m = importlib.import_module({mod!r})",
+        f"    assert not hasattr(m, {fn.name!r})",
+        f"    assert callable(m.{new})",
+    ]
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/rename",
+            **base,
+            instruction=f"Rename the function {fn.name} to {new} everywhere in the repository.",
+            tools=TOOLS,
+            check=Check(kind="tests", test=_test(repo, rows, extra, (fn.name, new)), packages=[repo.package]),
+            solution=Solution(kind="rename", name=fn.name, new_name=new, path=fn.path),
+        )
+    )
 
     # Constant: half the time the instruction leaves the value to the user.
     const = rng.choice(repo.of_kind("const"))
     value = rng.choice([v for v in range(2, 1000) if v != const.value])
     extra = [f"    m = importlib.import_module({_module(const.path)!r})", f"    assert m.{const.name} == {value}"]
     ask = rng.random() < 0.5
-    tasks.append(Task(
-        id=f"{SUITE}/{rid}/constant", **base,
-        instruction=f"Change {const.name} to the value the user wants; ask them." if ask
-        else f"Change the value of {const.name} to {value}.",
-        tools=[*TOOLS[:-1], "ask_user", "finish"] if ask else TOOLS, user=f"Set it to {value}." if ask else None,
-        check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
-        solution=Solution(kind="constant", name=const.name, value=str(value), path=const.path),
-    ))  # fmt: skip
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/constant",
+            **base,
+            instruction=f"Change {const.name} to the value the user wants; ask them."
+            if ask
+            else f"Change the value of {const.name} to {value}.",
+            tools=[*TOOLS[:-1], "ask_user", "finish"] if ask else TOOLS,
+            user=f"Set it to {value}." if ask else None,
+            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
+            solution=Solution(kind="constant", name=const.name, value=str(value), path=const.path),
+        )
+    )
 
     # Parameter: the new parameter's default keeps every old answer; passing it shifts the result.
     fn = rng.choice(functions)
     mod = _module(fn.path)
-    extra = [f"    m = importlib.import_module({mod!r})",
-             f"    assert inspect.signature(m.{fn.name}).parameters[{PARAM!r}].default == 0"]  # fmt: skip
+    extra = [
+        f"    m = importlib.import_module({mod!r})",
+        f"    assert inspect.signature(m.{fn.name}).parameters[{PARAM!r}].default == 0",
+    ]
     extra += [f"    assert m.{f}({a}, {PARAM}=7) == {r} + 7" for f, a, r in rows.get(mod, []) if f == fn.name][:4]
-    tasks.append(Task(
-        id=f"{SUITE}/{rid}/param", **base,
-        instruction=f"Add a keyword parameter `{PARAM}: int = 0` to the function {fn.name}; "
-        f"it must return its old result plus {PARAM}.",
-        tools=TOOLS, check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
-        solution=Solution(kind="param", name=fn.name, param=PARAM, path=fn.path),
-    ))  # fmt: skip
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/param",
+            **base,
+            instruction=f"Add a keyword parameter `{PARAM}: int = 0` to the function {fn.name}; "
+            f"it must return its old result plus {PARAM}.",
+            tools=TOOLS,
+            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
+            solution=Solution(kind="param", name=fn.name, param=PARAM, path=fn.path),
+        )
+    )
     return tasks
 
 

@@ -104,7 +104,8 @@ def param(task: Task) -> Script:
     new += [re.sub(r"^(\s*)return (.*)$", rf"\1return \2 + {p}", ln) for ln in block[1:]]
     yield turn(call("edit_file", path=path, old_str="\n".join(block), new_str="\n".join(new)))
     module = path[:-3].replace("/", ".")
-    yield turn(call("run_terminal", command=f"python -c 'from {module} import {name}; print({name}(5), {name}(5, {p}=2))'"))
+    script = f"from {module} import {name}; print({name}(5), {name}(5, {p}=2))"
+    yield turn(call("run_terminal", command=f"python -c '{script}'"))
     yield turn(call("finish", summary=f"Added {p}: int = 0 to {name}; it is added to every return value."))
 
 
@@ -116,7 +117,7 @@ def bugfix(task: Task) -> Script:
         call("read_file", path=s.path),
     )
     yield turn(call("edit_file", path=s.path, old_str=s.old, new_str=s.new))
-    (out,) = yield turn(call("run_tests", paths=[s.test_path]))
+    yield turn(call("run_tests", paths=[s.test_path]))
     yield turn(call("finish", summary=f"Fixed a wrong {s.kind} in {s.name} ({s.path}); the test passes."))
 
 
@@ -162,7 +163,7 @@ class Expert:
             text = self.script.send(outputs) if self.started else next(self.script)
         except StopIteration:
             text = "done"
-        except Exception as e:  # noqa: BLE001 - a script that drifted from the repo fails its episode, visibly
+        except Exception as e:  # a script that drifted from the repo fails its episode, visibly
             text = f"expert script failed: {type(e).__name__}: {e}"
         self.started = True
         return AssistantTurn(text=text)

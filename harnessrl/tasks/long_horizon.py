@@ -43,11 +43,17 @@ def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Ta
         repo = generate_repo(rng, rng.randint(12, 18))
         path, total = add_registry(rng, repo, rng.randint(10, 16))
         repo.write(out / rel)
-        tasks.append(Task(
-            id=f"{SUITE}/r{i:04d}", suite=SUITE, split=split, repo=rel,  # type: ignore[arg-type]
-            instruction=f"{path} lists (module, constant) pairs in PARTS. "
-            "What is the sum of the values of those constants? Answer with the number.",
-            tools=TOOLS, check=Check(kind="answer", answer=str(total)),
-            solution=Solution(kind="sum", path=path),
-        ))  # fmt: skip
+        tasks.append(
+            Task(
+                id=f"{SUITE}/r{i:04d}",
+                suite=SUITE,
+                split=split,
+                repo=rel,  # type: ignore[arg-type]
+                instruction=f"{path} lists (module, constant) pairs in PARTS. "
+                "What is the sum of the values of those constants? Answer with the number.",
+                tools=TOOLS,
+                check=Check(kind="answer", answer=str(total)),
+                solution=Solution(kind="sum", path=path),
+            )
+        )
     return tasks

@@ -18,7 +18,7 @@ from pathlib import Path
 from harnessrl.tasks.checkers import WORKSPACE_IMPORTS, check_sandbox, python_command
 
 MARK = "@@probe@@"
-_PROBE = '''
+_PROBE = """
 import ast
 import json
 import signal  # after the workspace finder: these are stdlib, never the workspace's
@@ -62,7 +62,7 @@ for name, calls in json.load(open("spec.json")).items():
         continue
     out[name] = {"calls": [_call(mod, fn, args) for fn, args in calls]}
 print("\\n@@probe@@" + json.dumps(out))
-'''
+"""
 
 INTS = [-3, 0, 1, 2, 5, 9, 17, 100]
 STRS = ["", "a", "abc", "Hello, World", " x y ", "a-b_c"]
@@ -151,4 +151,5 @@ def probe_functions(
 
 
 def repo_functions(repo_dir: Path) -> list[Function]:
-    return [f for p in sorted(repo_dir.rglob("*.py")) for f in find_functions(repo_dir, p.relative_to(repo_dir).as_posix())]
+    paths = [p.relative_to(repo_dir).as_posix() for p in sorted(repo_dir.rglob("*.py"))]
+    return [f for path in paths for f in find_functions(repo_dir, path)]

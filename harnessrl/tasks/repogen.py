@@ -15,12 +15,48 @@ from pathlib import Path
 from typing import Literal
 
 WORDS = [
-    "alpha", "beta", "gamma", "delta", "cache", "queue", "token", "parser", "buffer", "frame",
-    "packet", "router", "index", "table", "vector", "matrix", "graph", "node", "edge", "stream",
-    "batch", "shard", "replica", "lease", "window", "budget", "score", "limit", "retry", "timeout",
-    "worker", "config", "engine", "loader", "writer", "reader", "sink", "source", "filter", "mapper",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "cache",
+    "queue",
+    "token",
+    "parser",
+    "buffer",
+    "frame",
+    "packet",
+    "router",
+    "index",
+    "table",
+    "vector",
+    "matrix",
+    "graph",
+    "node",
+    "edge",
+    "stream",
+    "batch",
+    "shard",
+    "replica",
+    "lease",
+    "window",
+    "budget",
+    "score",
+    "limit",
+    "retry",
+    "timeout",
+    "worker",
+    "config",
+    "engine",
+    "loader",
+    "writer",
+    "reader",
+    "sink",
+    "source",
+    "filter",
+    "mapper",
     "reducer",
-]  # fmt: skip
+]
 
 
 @dataclass(frozen=True)
@@ -132,8 +168,16 @@ def generate_repo(rng: random.Random, num_files: int, max_consts: int = 4) -> Re
         for template in templates:
             fn = names()
             lines += ["", ""]
-            repo.symbols.append(Symbol("function", fn, path, len(lines) + 1, template=template,
-                                       uses=callee.name if template == "caller" else None))  # fmt: skip
+            repo.symbols.append(
+                Symbol(
+                    "function",
+                    fn,
+                    path,
+                    len(lines) + 1,
+                    template=template,
+                    uses=callee.name if template == "caller" else None,
+                )
+            )
             lines += _function(rng, fn, template, callee.name if callee else None)
         cls = "".join(w.title() for w in names().split("_"))
         attr = rng.choice(WORDS)
