@@ -28,7 +28,7 @@ from harnessrl.tasks.task import Check, Solution, Task, split_of
 SUITE = "bugfix"
 TOOLS = ["read_file", "grep", "edit_file", "run_tests", "finish"]
 MAX_SOURCE_FILE_BYTES = 256 << 10
-TRIES_PER_FUNCTION = 4
+TRIES_PER_FUNCTION = 6
 
 Rows = list[tuple[str, str, str]]  # (function, args, repr of the answer)
 
@@ -196,6 +196,6 @@ def _from_source(rng: random.Random, out: Path, source: Path, num: int, n_held: 
         if want <= 0:
             continue
         mine = [f for f in functions if f.path == path]
-        tasks += repo_tasks(rng, out, original, packages, mine, split, f"m{i:03d}", min(want, 2))
+        tasks += repo_tasks(rng, out, original, packages, mine, split, f"m{i:03d}", want)
     shutil.rmtree(original)
     return tasks
