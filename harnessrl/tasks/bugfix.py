@@ -145,7 +145,7 @@ def repo_tasks(
         old, new = _unique_context((repo_dir / fn.path).read_text(), m, mutated)
         tasks.append(
             Task(
-                id=f"{SUITE}/{tid}",
+                id=f"{SUITE}/{split}/{tid}",
                 suite=SUITE,
                 split=split,
                 repo=rel,  # type: ignore[arg-type]
