@@ -3,9 +3,13 @@
 1. workspace creation: hardlink vs copy, for repos of 100 and 2000 files;
 2. per-command overhead: bubblewrap sandbox vs a bare subprocess;
 3. parse_turn throughput on valid and malformed turns;
-4. BM25 search: first query (index build) and later queries.
+4. BM25 search: first query (index build) and later queries;
+5. expert episodes/s per suite (sandboxed tools and checks), one worker vs four;
+6. concurrent episodes: N episodes at once behind a slow policy (as with a model), up to the most that
+   all finish correctly in about the time of one.
 
-Run: PYTHONPATH=. python bench/harness.py  (about 15 s; single-threaded, safe on a shared machine)
+Run: PYTHONPATH=. python bench/harness.py  (about 40 s; at most 4 busy threads, except the short
+concurrency sweep, whose threads mostly sleep)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from harnessrl.harness.protocol import parse_turn, render_calls
 from harnessrl.harness.sandbox import Sandbox, create_workspace, remove_workspace
 from harnessrl.harness.tools import ALL_TOOLS
 from harnessrl.harness.tools.search import BM25Index
+from harnessrl.tasks import Expert, build_suite, expert_trajectories, load_suite, run_tasks, success_rates
 
 
 def best_ms(fn, repeats: int = 5) -> float:
@@ -113,6 +118,51 @@ def bench_search(tmp: Path) -> None:
     )
 
 
+def bench_expert(tmp: Path) -> None:
+    print("expert episodes (sandboxed tools and checks; all tasks of a suite)")
+    for suite, num in (("lookup", 40), ("edit", 12), ("bugfix", 8), ("long_horizon", 8)):
+        d = tmp / f"suite-{suite}"
+        t = time.perf_counter()
+        build_suite(suite, d, seed=0, num=num)
+        built = time.perf_counter() - t
+        tasks = load_suite(d, "train") + load_suite(d, "heldout")
+        row = []
+        for workers in (1, 4):
+            t = time.perf_counter()
+            trajs = expert_trajectories(tasks, d, workers=workers)
+            row.append((len(tasks) / (time.perf_counter() - t), success_rates(trajs)[suite]))
+        print(
+            f"  {suite:<12} build {built:5.1f} s for {len(tasks):>2} tasks | 1 worker {row[0][0]:6.1f} ep/s | "
+            f"4 workers {row[1][0]:6.1f} ep/s ({row[1][0] / row[0][0]:3.1f}x) | success {row[1][1]:.2f}"
+        )
+
+
+class SlowExpert(Expert):
+    """The expert behind a policy that takes `delay_s` per turn, as a model's generation does."""
+
+    delay_s = 0.5
+
+    def __call__(self, messages, tools, max_tokens):  # type: ignore[no-untyped-def]
+        time.sleep(self.delay_s)
+        return super().__call__(messages, tools, max_tokens)
+
+
+def bench_concurrency(tmp: Path) -> None:
+    d = tmp / "suite-lookup"
+    tasks = load_suite(d, "train") + load_suite(d, "heldout")
+    print(f"concurrent episodes (lookup, policy {SlowExpert.delay_s}s/turn, 2 turns; ideal wall ~1.0 s)")
+    best = 0
+    for n in (1, 8, 32, 64):
+        batch = [tasks[i % len(tasks)] for i in range(n)]
+        t = time.perf_counter()
+        trajs = run_tasks(batch, d, SlowExpert, workers=n)
+        wall = time.perf_counter() - t
+        ok = all(tr.outcome.success for tr in trajs)
+        best = n if ok and wall < 2.0 else best
+        print(f"  {n:>3} at once: wall {wall:5.2f} s | {n / wall:6.1f} episodes/s | all succeeded: {ok}")
+    print(f"  max concurrent episodes tried that all succeeded within 2x the ideal wall: {best}")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -120,6 +170,8 @@ def main() -> None:
         bench_sandbox(tmp)
         bench_parser()
         bench_search(tmp)
+        bench_expert(tmp)
+        bench_concurrency(tmp)
 
 
 if __name__ == "__main__":

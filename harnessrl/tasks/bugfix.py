@@ -1,0 +1,201 @@
+"""The bugfix suite: a one-token bug planted in working code, and a test that catches it.
+
+From a repo (generated, or any Python directory given as --source, e.g. an installed package):
+  1. probe its functions in the sandbox; the original's plain answers become test assertions;
+  2. for a function, try single-token mutations (operator swap, integer +1) until one changes some
+     probed answer without hanging;
+  3. write the task's snapshot: the repo with the mutant, plus tests/test_<function>.py asserting a
+     few answers, at least one of which the mutant gets wrong;
+  4. the hidden check asserts every probed answer of the module (the visible ones included), so a
+     fix must restore the function, not special-case the visible asserts;
+  5. keep the task only if the check passes on the original and fails on the mutant, both run in
+     the sandbox exactly as an episode's checker will run them.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+from harnessrl.harness.tools.files import SKIP_DIRS
+from harnessrl.tasks.checkers import run_check
+from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
+from harnessrl.tasks.probe import Function, assertions, probe, probe_functions, repo_functions, returns
+from harnessrl.tasks.repogen import generate_repo
+from harnessrl.tasks.task import Check, Solution, Task, split_of
+
+SUITE = "bugfix"
+TOOLS = ["read_file", "grep", "edit_file", "run_tests", "finish"]
+MAX_SOURCE_FILE_BYTES = 256 << 10
+TRIES_PER_FUNCTION = 6
+
+Rows = list[tuple[str, str, str]]  # (function, args, repr of the answer)
+
+
+def copy_source(source: Path, dest: Path) -> list[str]:
+    """Copy a Python directory's .py files into dest and return its top-level importable names. A
+    directory with __init__.py becomes the package dest/<name>/; else its modules sit at the top."""
+    if not source.is_dir():
+        raise FileNotFoundError(f"--source {source}: not a directory")
+    root = dest / source.name if (source / "__init__.py").exists() else dest
+    for p in sorted(source.rglob("*.py")):
+        rel = p.relative_to(source)
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        if p.is_symlink() or p.stat().st_size > MAX_SOURCE_FILE_BYTES:
+            continue
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, root / rel)
+    return top_level_names(dest)
+
+
+def top_level_names(repo_dir: Path) -> list[str]:
+    names = [p.stem for p in repo_dir.glob("*.py")]
+    names += [d.name for d in repo_dir.iterdir() if d.is_dir() and (d / "__init__.py").exists()]
+    return sorted(n for n in names if n.isidentifier() and n != "tests")
+
+
+def _test_file(fn: Function, rows: Rows) -> str:
+    return (
+        f"from {fn.module} import {fn.name}\n\n\ndef test_{fn.name.lstrip('_')}():\n"
+        + "\n".join(assertions("", rows))
+        + "\n"
+    )
+
+
+def _hidden_test(fn: Function, rows: Rows) -> str:
+    return f"import {fn.module} as m\n\n\ndef test_module():\n" + "\n".join(assertions("m.", rows)) + "\n"
+
+
+def _unique_context(source: str, m: Mutation, mutated: str) -> tuple[str, str]:
+    """(old, new): the smallest block of whole lines around the mutation that is unique in the mutated
+    file, as an edit_file old_str (mutated) and new_str (original)."""
+    orig_lines, mut_lines = source.splitlines(), mutated.splitlines()
+    lo = hi = m.line - 1
+    while True:
+        old = "\n".join(mut_lines[lo : hi + 1])
+        if mutated.count(old) == 1 or (lo == 0 and hi == len(mut_lines) - 1):
+            return old, "\n".join(orig_lines[lo : hi + 1])
+        lo, hi = max(lo - 1, 0), min(hi + 1, len(mut_lines) - 1)
+
+
+def mutate_function(
+    rng: random.Random, repo_dir: Path, work: Path, packages: list[str], fn: Function, module_rows: Rows
+) -> tuple[str, Mutation, Rows] | None:
+    """(mutated source, mutation, the visible rows) for the first mutation that changes an answer."""
+    source = (repo_dir / fn.path).read_text()
+    sites = mutation_sites(source, fn.lines)
+    rng.shuffle(sites)
+    mine = [r for r in module_rows if r[0] == fn.name]
+    calls = {fn.module: [(f, a) for f, a, _ in mine]}
+    for m in sites[:TRIES_PER_FUNCTION]:
+        mutated = apply(source, m)
+        if mutated is None:
+            continue
+        (work / fn.path).write_text(mutated)
+        result = probe(work, packages, calls)[fn.module]
+        if any("timeout" in r for r in result.get("calls", [])) or "error" in result:
+            continue
+        got = dict(((f, a), r) for f, a, r in returns(result, calls[fn.module]))
+        wrong = [row for row in mine if got.get(row[:2]) != row[2]]
+        if wrong:
+            right = [row for row in mine if row not in wrong]
+            return mutated, m, wrong[:2] + right[:2]
+    (work / fn.path).write_text(source)
+    return None
+
+
+def repo_tasks(
+    rng: random.Random,
+    out: Path,
+    repo_dir: Path,
+    packages: list[str],
+    functions: list[Function],
+    split: str,
+    prefix: str,
+    want: int,
+) -> list[Task]:
+    """Up to `want` verified tasks mutating these functions of the repo; snapshots go to out/repos/<split>/<id>."""
+    rows = probe_functions(repo_dir, packages, functions, rng)
+    candidates = [f for f in functions if len([r for r in rows.get(f.module, []) if r[0] == f.name]) >= 2]
+    rng.shuffle(candidates)
+    work = out / ".work"
+    tasks: list[Task] = []
+    for fn in candidates:
+        if len(tasks) == want:
+            break
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(repo_dir, work)
+        found = mutate_function(rng, repo_dir, work, packages, fn, rows[fn.module])
+        if found is None:
+            continue
+        mutated, m, visible = found
+        test_path = f"tests/test_{fn.name.lstrip('_')}.py"
+        (work / test_path).parent.mkdir(exist_ok=True)
+        (work / test_path).write_text(_test_file(fn, visible))
+        check = Check(kind="tests", test=_hidden_test(fn, rows[fn.module]), packages=packages)
+        ok_original, _ = run_check(repo_dir, check.test or "", packages)
+        ok_mutant, _ = run_check(work, check.test or "", packages)
+        if not ok_original or ok_mutant:
+            continue
+        tid = f"{prefix}-{len(tasks)}"
+        rel = f"repos/{split}/{tid}"
+        shutil.move(work, out / rel)
+        old, new = _unique_context((repo_dir / fn.path).read_text(), m, mutated)
+        tasks.append(
+            Task(
+                id=f"{SUITE}/{split}/{tid}",
+                suite=SUITE,
+                split=split,
+                repo=rel,  # type: ignore[arg-type]
+                instruction=f"The test {test_path} fails. Find the bug and fix it; do not change the test.",
+                tools=TOOLS,
+                check=check,
+                solution=Solution(kind=m.kind, path=fn.path, old=old, new=new, test_path=test_path, name=fn.name),
+            )
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    return tasks
+
+
+def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+    """From generated repos (two tasks each), or from `source`, whose modules are split a quarter
+    held out: held-out tasks mutate modules no train task touches."""
+    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+    n_held = max(1, num // 4)
+    if source is not None:
+        return _from_source(rng, out, Path(source).resolve(), num, n_held)
+    tasks: list[Task] = []
+    for split, total in (("train", num - n_held), ("heldout", n_held)):
+        for i in range(4 * total):  # a repo gives up to two tasks; a few may give none
+            left = total - sum(t.split == split for t in tasks)
+            if left <= 0:
+                break
+            repo = generate_repo(rng, 3)
+            original = out / ".original" / f"{split}-{i}"
+            repo.write(original)
+            functions = repo_functions(original)
+            tasks += repo_tasks(rng, out, original, [repo.package], functions, split, f"r{i:04d}", min(2, left))
+    shutil.rmtree(out / ".original", ignore_errors=True)
+    return tasks
+
+
+def _from_source(rng: random.Random, out: Path, source: Path, num: int, n_held: int) -> list[Task]:
+    original = out / ".original"
+    packages = copy_source(source, original)
+    if not packages:
+        raise ValueError(f"--source {source}: no importable Python modules or packages found")
+    functions = repo_functions(original)
+    modules = sorted({f.path for f in functions})
+    rng.shuffle(modules)
+    tasks: list[Task] = []
+    for i, path in enumerate(modules):
+        split = split_of(i, len(modules))
+        want = (n_held if split == "heldout" else num - n_held) - sum(t.split == split for t in tasks)
+        if want <= 0:
+            continue
+        mine = [f for f in functions if f.path == path]
+        tasks += repo_tasks(rng, out, original, packages, mine, split, f"m{i:03d}", want)
+    shutil.rmtree(original)
+    return tasks

@@ -1,0 +1,146 @@
+"""Checkers: did the episode succeed? Decided by running code against the workspace, or, for pure
+question tasks, by comparing the final answer with the known one.
+
+A code check runs the task's hidden test file (pytest style: test_* functions of plain asserts) in the
+sandbox, from a private /tmp, never from the workspace: the agent can edit the repo's own tests but not
+the check. A ten-line runner calls the test functions instead of pytest: 0.15 s instead of 0.5 s per
+check, which every RL episode pays. Imports are pinned too: only the task's own top-level packages
+come from /workspace (a meta-path finder in the runner), so a `json.py` the agent drops there cannot
+shadow the stdlib, and the workspace copy of a package wins even where the same package is installed.
+Workspace modules are compiled from source, so a planted .pyc never stands in for the source.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from harnessrl.harness.episode import Checker
+from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits
+from harnessrl.harness.tools.terminal import summarize_pytest
+from harnessrl.tasks.task import Task
+
+WORKSPACE_IMPORTS = """\
+import importlib
+import importlib.machinery
+import inspect
+import runpy
+import sys
+import traceback
+
+PACKAGES = set({packages!r})
+for _name in [m for m in sys.modules if m.split(".")[0] in PACKAGES]:
+    del sys.modules[_name]  # an installed copy something imported at startup
+
+
+class SourceOnly(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname):  # compile the source; never trust a .pyc found in the workspace
+        return compile(self.get_data(self.path), self.path, "exec", dont_inherit=True)
+
+
+class WorkspaceFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] not in PACKAGES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path if "." in name else ["{root}"])
+        if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            spec.loader = SourceOnly(spec.loader.name, spec.loader.path)
+        return spec
+
+
+sys.meta_path.insert(0, WorkspaceFinder)
+"""
+
+RUNNER = """
+tests = runpy.run_path("test_check.py", run_name="test_check")
+passed = failed = 0
+for name in sorted(n for n in tests if n.startswith("test_")):
+    try:
+        tests[name]()
+        passed += 1
+    except Exception:
+        failed += 1
+        print("FAILED", name)
+        traceback.print_exc(limit=-1)
+print(f"== {failed} failed, {passed} passed in 0s ==")
+raise SystemExit(1 if failed or not passed else 0)
+"""
+
+ENV = "PYTHONHASHSEED=0"
+
+
+def _drop(name: str, text: str) -> str:
+    # base64 through the shell: no quoting of the file's contents can go wrong.
+    return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > {name}"
+
+
+def python_command(files: dict[str, str], argv: list[str]) -> str:
+    """A shell command that writes `files` into a fresh /tmp/check and runs `python -P argv` there
+    (-P: the cwd is not put on sys.path), with the workspace's packages importable as above."""
+    drops = " && ".join(_drop(n, t) for n, t in files.items())
+    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {ENV} python -P {shlex.join(argv)}"
+
+
+def check_sandbox(workspace: Path, timeout_s: float) -> Sandbox:
+    """A sandbox over the workspace as an unprivileged uid: its owner, or nobody when root owns it."""
+    uid = os.stat(workspace).st_uid or DEFAULT_UID
+    return Sandbox(workspace, SandboxLimits(wall_s=timeout_s, cpu_s=int(timeout_s) + 1), uid=uid)
+
+
+def run_check(workspace: Path, test: str, packages: list[str], timeout_s: float = 60.0) -> tuple[bool, dict[str, Any]]:
+    """Run the hidden test file against the workspace; success is every test function passing."""
+    imports = WORKSPACE_IMPORTS.format(packages=sorted(packages), root=SANDBOX_ROOT)
+    files = {"test_check.py": test, "run_check.py": imports + RUNNER}
+    res = check_sandbox(workspace, timeout_s).run(python_command(files, ["run_check.py"]))
+    counts = summarize_pytest(res.output)
+    ok = res.exit_code == 0 and counts["passed"] > 0
+    return ok, {**counts, "exit_code": res.exit_code, "timed_out": res.timed_out, "output": res.output[-2000:]}
+
+
+# -- answers -----------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_PATH = re.compile(r"[\w./-]+\.py\b")
+
+
+def _clean(s: str) -> str:
+    s = s.strip().strip("`'\" ").rstrip(".").strip("`'\" ")
+    return s.removeprefix(SANDBOX_ROOT + "/").removeprefix("./")
+
+
+def answer_matches(expected: str, answer: str | None) -> bool:
+    """The answer is the expected value, alone or as the one number (or .py path) in a sentence.
+    Two candidates ("123 or 456") never pass: hedging is not an answer."""
+    if answer is None:
+        return False
+    if _clean(answer) == expected:
+        return True
+    if _NUMBER.fullmatch(expected):
+        found = _NUMBER.findall(answer)
+        return len(found) == 1 and float(found[0]) == float(expected)
+    if expected.endswith(".py"):
+        found = {_clean(p) for p in _PATH.findall(answer)}
+        return found == {expected}
+    return False
+
+
+def make_checker(task: Task) -> Checker:
+    """The task's checker, for run_episode(checker=...): (workspace, final_answer) -> (success, details)."""
+    check = task.check
+    if check.kind == "answer":
+        expected = check.answer or ""
+
+        def check_answer(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
+            return answer_matches(expected, answer), {"expected": expected, "answer": answer}
+
+        return check_answer
+
+    def check_tests(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
+        return run_check(workspace, check.test or "", check.packages, check.timeout_s)
+
+    return check_tests

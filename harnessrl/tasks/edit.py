@@ -1,0 +1,137 @@
+"""The edit suite: rename a function everywhere, change a constant, add a parameter with a default.
+
+Checks run code. The original repo's functions are probed in the sandbox at build time; the hidden
+test imports every module and asserts the requested change plus every probed answer, so a missed call
+site (an ImportError, a NameError when the caller runs) or a behaviour change fails the check.
+Constant changes sometimes leave the value out of the instruction: the agent must ask the user.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from harnessrl.tasks.probe import assertions, probe_functions, repo_functions
+from harnessrl.tasks.repogen import Repo, generate_repo
+from harnessrl.tasks.task import Check, Solution, Task, split_of
+
+SUITE = "edit"
+TOOLS = ["grep", "read_file", "edit_file", "run_terminal", "finish"]
+FILES_PER_REPO = 4
+PARAM = "offset"
+
+Rows = dict[str, list[tuple[str, str, str]]]  # module -> (function, args, repr of the answer)
+
+
+def _test(repo: Repo, rows: Rows, extra: list[str], rename: tuple[str, str] | None = None) -> str:
+    """A hidden pytest file: every module imports, `extra` holds, and every probed answer still holds."""
+    lines = ["import importlib", "import inspect  # noqa: F401", "", "", "def test_modules_import():"]
+    lines += [f"    importlib.import_module({m!r})" for m in repo.modules()]
+    lines += ["", "", "def test_requested_change():", *extra]
+    for i, (module, answers) in enumerate(sorted(rows.items())):
+        if rename:
+            answers = [(rename[1] if fn == rename[0] else fn, a, r) for fn, a, r in answers]
+        lines += ["", "", f"def test_behaviour_{i}():", f"    m = importlib.import_module({module!r})"]
+        lines += assertions("m.", answers)
+    return "\n".join(lines) + "\n"
+
+
+def _module(path: str) -> str:
+    return path[:-3].replace("/", ".")
+
+
+def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str]) -> list[Task]:
+    base = dict(suite=SUITE, split=split, repo=rel)
+    rid = rel.split("/")[-1]
+    tasks = []
+
+    # Rename: prefer a function some other module imports, so more than one file must change.
+    functions = repo.of_kind("function")
+    used = {s.uses for s in functions if s.uses}
+    fn = rng.choice([f for f in functions if f.name in used] or functions)
+    new = _fresh(rng, names)
+    mod = _module(fn.path)
+    extra = [
+        f"    m = importlib.import_module({mod!r})",
+        f"    assert not hasattr(m, {fn.name!r})",
+        f"    assert callable(m.{new})",
+    ]
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/rename",
+            **base,
+            instruction=f"Rename the function {fn.name} to {new} everywhere in the repository.",
+            tools=TOOLS,
+            check=Check(kind="tests", test=_test(repo, rows, extra, (fn.name, new)), packages=[repo.package]),
+            solution=Solution(kind="rename", name=fn.name, new_name=new, path=fn.path),
+        )
+    )
+
+    # Constant: half the time the instruction leaves the value to the user.
+    const = rng.choice(repo.of_kind("const"))
+    value = rng.choice([v for v in range(2, 1000) if v != const.value])
+    extra = [f"    m = importlib.import_module({_module(const.path)!r})", f"    assert m.{const.name} == {value}"]
+    ask = rng.random() < 0.5
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/constant",
+            **base,
+            instruction=f"Change {const.name} to the value the user wants; ask them."
+            if ask
+            else f"Change the value of {const.name} to {value}.",
+            tools=[*TOOLS[:-1], "ask_user", "finish"] if ask else TOOLS,
+            user=f"Set it to {value}." if ask else None,
+            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
+            solution=Solution(kind="constant", name=const.name, value=str(value), path=const.path),
+        )
+    )
+
+    # Parameter: the new parameter's default keeps every old answer; passing it shifts the result.
+    fn = rng.choice(functions)
+    mod = _module(fn.path)
+    extra = [
+        f"    m = importlib.import_module({mod!r})",
+        f"    assert inspect.signature(m.{fn.name}).parameters[{PARAM!r}].default == 0",
+    ]
+    extra += [f"    assert m.{f}({a}, {PARAM}=7) == {r} + 7" for f, a, r in rows.get(mod, []) if f == fn.name][:4]
+    tasks.append(
+        Task(
+            id=f"{SUITE}/{rid}/param",
+            **base,
+            instruction=f"Add a keyword parameter `{PARAM}: int = 0` to the function {fn.name}; "
+            f"it must return its old result plus {PARAM}.",
+            tools=TOOLS,
+            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
+            solution=Solution(kind="param", name=fn.name, param=PARAM, path=fn.path),
+        )
+    )
+    return tasks
+
+
+def _fresh(rng: random.Random, names: set[str]) -> str:
+    while True:
+        name = f"{rng.choice(['compute', 'apply', 'resolve', 'derive'])}_{rng.choice(['total', 'value', 'step'])}"
+        name += f"_{rng.randint(0, 99)}"
+        if name not in names:
+            names.add(name)
+            return name
+
+
+def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+    """Three tasks (rename, constant, param) per generated repo; a quarter of the repos held out."""
+    if source is not None:
+        raise ValueError("the edit suite is generated; --source is for bugfix")
+    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+    num_repos = max(2, -(-num // 3))
+    tasks: list[Task] = []
+    for i in range(num_repos):
+        split = split_of(i, num_repos)
+        rel = f"repos/{split}/r{i:04d}"
+        repo = generate_repo(rng, FILES_PER_REPO, max_consts=3)
+        repo.write(out / rel)
+        rows = probe_functions(out / rel, [repo.package], repo_functions(out / rel), rng, n=4)
+        tasks += repo_tasks(rng, repo, rows, rel, split, {s.name for s in repo.symbols})
+    train = [t for t in tasks if t.split == "train"]
+    held = [t for t in tasks if t.split == "heldout"]
+    n_held = min(max(1, num // 4), len(held))
+    return train[: num - n_held] + held[:n_held]

@@ -1,0 +1,181 @@
+"""The expert: a scripted policy that solves tasks in the real harness, the way a good agent would.
+
+Its trajectories are the SFT data, so it behaves as we want the model to: it looks before it acts,
+makes independent calls in one turn (reading several files, running the failing test while reading
+the code, asking the user while searching), edits with exact strings taken from what it read, checks
+its work, and answers briefly. It knows the intended change (Task.solution) but takes every string
+it writes into the repo from tool outputs, so a script that drifts from the repo fails visibly.
+
+Each suite's script is a generator: it yields one assistant turn's text and receives the outputs of
+that turn's calls, so a script reads top to bottom like the conversation it produces.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from harnessrl.harness.episode import AssistantTurn, Trajectory
+from harnessrl.harness.protocol import render_calls
+from harnessrl.tasks.run import run_tasks
+from harnessrl.tasks.task import Task
+
+Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
+MAX_PARALLEL_READS = 4
+
+
+def call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return name, arguments
+
+
+def turn(*calls: tuple[str, dict[str, Any]]) -> str:
+    return render_calls(list(calls))
+
+
+def grep_hits(output: str) -> list[tuple[str, int, str]]:
+    """(path, line, text) of each line of the grep tool's output."""
+    hits = []
+    for line in output.splitlines():
+        m = re.match(r"([^:]+):(\d+):(.*)$", line)
+        if m:
+            hits.append((m.group(1), int(m.group(2)), m.group(3)))
+    return hits
+
+
+def file_lines(output: str) -> list[str]:
+    """read_file's output without its line numbers (`     3\\ttext`)."""
+    return [ln.split("\t", 1)[1] if "\t" in ln else "" for ln in output.splitlines() if re.match(r"\s*\d+\t", ln)]
+
+
+# -- scripts, one per suite (edit has three kinds) ------------------------------------------------
+
+
+def lookup(task: Task) -> Script:
+    name, kind = task.solution.name, task.solution.kind
+    pattern = {"value": f"^{name} =", "class": f"^class {name}:", "function": f"^def {name}\\("}[kind]
+    (out,) = yield turn(call("grep", pattern=pattern))
+    path, _, text = grep_hits(out)[0]
+    yield text.split("=", 1)[1].strip() if kind == "value" else path
+
+
+def rename(task: Task) -> Script:
+    old, new = task.solution.name, task.solution.new_name or ""
+    word = re.compile(rf"\b{re.escape(old or '')}\b")
+    (out,) = yield turn(call("grep", pattern=rf"\b{old}\b"))
+    pending: dict[str, list[str]] = {}
+    for path, _, text in grep_hits(out):
+        pending.setdefault(path, []).append(text)
+    # One edit per file per turn: edits to different files are independent and go in parallel; two
+    # edits of one file in one turn would race on its content.
+    while any(pending.values()):
+        batch = [(p, lines.pop(0)) for p, lines in pending.items() if lines]
+        yield turn(*(call("edit_file", path=p, old_str=t, new_str=word.sub(new, t)) for p, t in batch))
+    (out,) = yield turn(call("grep", pattern=rf"\b{old}\b"))
+    yield turn(call("finish", summary=f"Renamed {old} to {new} in {len(pending)} files; no uses of {old} remain."))
+
+
+def constant(task: Task) -> Script:
+    name = task.solution.name
+    calls = [call("grep", pattern=f"^{name} =")]
+    if task.user is not None:
+        calls.append(call("ask_user", question=f"What value should {name} have?"))
+    outs = yield turn(*calls)
+    value = re.findall(r"-?\d+", outs[1])[0] if task.user is not None else task.solution.value
+    path, _, text = grep_hits(outs[0])[0]
+    yield turn(call("edit_file", path=path, old_str=text, new_str=f"{name} = {value}"))
+    yield turn(call("finish", summary=f"Set {name} to {value} in {path}."))
+
+
+def param(task: Task) -> Script:
+    name, p = task.solution.name, task.solution.param
+    (out,) = yield turn(call("grep", pattern=f"^def {name}\\("))
+    path, line, _ = grep_hits(out)[0]
+    (out,) = yield turn(call("read_file", path=path))
+    lines = file_lines(out)
+    end = line
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        end += 1
+    block = lines[line - 1 : end]
+    while block and not block[-1].strip():
+        block.pop()
+    new = [block[0].replace(") -> int:", f", {p}: int = 0) -> int:")]
+    new += [re.sub(r"^(\s*)return (.*)$", rf"\1return \2 + {p}", ln) for ln in block[1:]]
+    yield turn(call("edit_file", path=path, old_str="\n".join(block), new_str="\n".join(new)))
+    module = path[:-3].replace("/", ".")
+    script = f"from {module} import {name}; print({name}(5), {name}(5, {p}=2))"
+    yield turn(call("run_terminal", command=f"python -c '{script}'"))
+    yield turn(call("finish", summary=f"Added {p}: int = 0 to {name}; it is added to every return value."))
+
+
+def bugfix(task: Task) -> Script:
+    s = task.solution
+    yield turn(
+        call("run_tests", paths=[s.test_path]),
+        call("read_file", path=s.test_path),
+        call("read_file", path=s.path),
+    )
+    yield turn(call("edit_file", path=s.path, old_str=s.old, new_str=s.new))
+    yield turn(call("run_tests", paths=[s.test_path]))
+    yield turn(call("finish", summary=f"Fixed a wrong {s.kind} in {s.name} ({s.path}); the test passes."))
+
+
+def long_sum(task: Task) -> Script:
+    (out,) = yield turn(call("read_file", path=task.solution.path))
+    wanted: dict[str, list[str]] = {}
+    for module, name in re.findall(r'\("([\w.]+)", "(\w+)"\)', out):
+        wanted.setdefault(module.replace(".", "/") + ".py", []).append(name)
+    total, files = 0, list(wanted.items())
+    for i in range(0, len(files), MAX_PARALLEL_READS):
+        batch = files[i : i + MAX_PARALLEL_READS]
+        outs = yield turn(*(call("read_file", path=path) for path, _ in batch))
+        for (_, names), text in zip(batch, outs, strict=True):
+            for name in names:
+                total += int(re.search(rf"^{name} = (-?\d+)$", "\n".join(file_lines(text)), re.M).group(1))  # type: ignore[union-attr]
+    yield str(total)
+
+
+SCRIPTS = {
+    "lookup": lookup,
+    "bugfix": bugfix,
+    "long_horizon": long_sum,
+    "rename": rename,
+    "constant": constant,
+    "param": param,
+}
+
+
+class Expert:
+    """The harness Policy for one episode of one task."""
+
+    def __init__(self, task: Task) -> None:
+        self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
+        self.started = False
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
+        outputs = []
+        for m in reversed(messages):  # this turn's tool results: the tool messages since the last turn
+            if m["role"] != "tool":
+                break
+            outputs.insert(0, m["content"])
+        try:
+            text = self.script.send(outputs) if self.started else next(self.script)
+        except StopIteration:
+            text = "done"
+        except Exception as e:  # a script that drifted from the repo fails its episode, visibly
+            text = f"expert script failed: {type(e).__name__}: {e}"
+        self.started = True
+        return AssistantTurn(text=text)
+
+
+def expert_trajectories(tasks: list[Task], suite_dir: Path | str, workers: int = 4) -> list[Trajectory]:
+    return run_tasks(tasks, suite_dir, Expert, workers=workers)
+
+
+def success_rates(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Fraction of episodes the checker accepted, per suite (from the trajectories' meta)."""
+    by: dict[str, list[bool]] = {}
+    for t in trajectories:
+        by.setdefault(t.meta.get("suite", "?"), []).append(bool(t.outcome.success))
+    return {suite: sum(ok) / len(ok) for suite, ok in sorted(by.items())}

@@ -1,0 +1,155 @@
+"""Probing: call a repo's functions with small literal arguments, in the sandbox, and record what they
+return. This is how bugfix and edit tasks get their tests without anyone writing them: the original
+code's answers become the assertions, and a mutant is kept only if some probed answer changes.
+
+Only plain, deterministic answers are kept: the call returns the same value twice, and the value's
+repr reads back (ast.literal_eval) as an equal value, so it can be written into a test as a literal.
+Calls that raise, time out or return anything else are left out of the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnessrl.tasks.checkers import WORKSPACE_IMPORTS, check_sandbox, python_command
+
+MARK = "@@probe@@"
+_PROBE = """
+import ast
+import json
+import signal  # after the workspace finder: these are stdlib, never the workspace's
+
+
+def _alarm(*_):
+    raise TimeoutError
+
+
+signal.signal(signal.SIGALRM, _alarm)
+
+
+def _call(mod, fn, args):
+    f = getattr(mod, fn, None)
+    if not callable(f):
+        return {"skip": "missing"}
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        first = f(*ast.literal_eval("(" + args + ",)"))
+        second = f(*ast.literal_eval("(" + args + ",)"))
+    except TimeoutError:
+        return {"timeout": True}
+    except BaseException as e:
+        return {"raises": type(e).__name__}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        text = repr(first)
+        plain = len(text) <= 200 and ast.literal_eval(text) == first and first == second and repr(second) == text
+    except BaseException:
+        plain = False
+    return {"ret": text} if plain else {"skip": "not a plain value"}
+
+
+out = {}
+for name, calls in json.load(open("spec.json")).items():
+    try:
+        mod = importlib.import_module(name)
+    except BaseException as e:
+        out[name] = {"error": type(e).__name__ + ": " + str(e)[:200]}
+        continue
+    out[name] = {"calls": [_call(mod, fn, args) for fn, args in calls]}
+print("\\n@@probe@@" + json.dumps(out))
+"""
+
+INTS = [-3, 0, 1, 2, 5, 9, 17, 100]
+STRS = ["", "a", "abc", "Hello, World", " x y ", "a-b_c"]
+LISTS = [[], [1, 2, 3], [3, 1, 2], ["a", "b"]]
+FLOATS = [0.0, 0.5, 2.5, -1.25]
+POOLS = {"int": INTS, "str": STRS, "list": LISTS, "float": FLOATS, "bool": [True, False]}
+
+
+@dataclass(frozen=True)
+class Function:
+    module: str  # importable name, e.g. "pkg.sub.mod"
+    path: str  # relative to the repo root
+    name: str
+    params: tuple[str, ...]  # annotation of each positional parameter ("" when none)
+    required: int
+    lines: tuple[int, int]  # first and last line of the def, 1-based
+
+
+def find_functions(root: Path, path: str) -> list[Function]:
+    """Top-level, undecorated functions taking 1-4 positional parameters and nothing required besides."""
+    try:
+        tree = ast.parse((root / path).read_text())
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.decorator_list or node.name.startswith("__"):
+            continue
+        a = node.args
+        positional = a.posonlyargs + a.args
+        required = len(positional) - len(a.defaults)
+        if not 1 <= len(positional) <= 4 or required < 1 or any(d is None for d in a.kw_defaults):
+            continue
+        params = tuple(ast.unparse(p.annotation).split("[")[0] if p.annotation else "" for p in positional)
+        found.append(Function(module, path, node.name, params, required, (node.lineno, node.end_lineno or node.lineno)))
+    return found
+
+
+def arg_sets(fn: Function, rng: random.Random, n: int = 10) -> list[str]:
+    """Up to n distinct argument lists, as the source text inside the call's parentheses."""
+    out: list[str] = []
+    for _ in range(4 * n):
+        arity = rng.randint(fn.required, min(len(fn.params), 3) if len(fn.params) > fn.required else fn.required)
+        args = [rng.choice(POOLS.get(fn.params[i], INTS + STRS + LISTS)) for i in range(arity)]
+        text = ", ".join(repr(a) for a in args)
+        if text not in out:
+            out.append(text)
+        if len(out) == n:
+            break
+    return out
+
+
+Calls = dict[str, list[tuple[str, str]]]  # module -> [(function, args)]
+
+
+def probe(repo_dir: Path, packages: list[str], calls: Calls, timeout_s: float = 60.0) -> dict[str, dict]:
+    """Run the calls against the repo in the sandbox: module -> {"calls": [result per call]} or {"error"}."""
+    script = WORKSPACE_IMPORTS.format(packages=sorted(packages), root="/workspace") + _PROBE
+    files = {"spec.json": json.dumps(calls), "probe.py": script}
+    res = check_sandbox(repo_dir, timeout_s).run(python_command(files, ["probe.py"]))
+    if MARK not in res.output:
+        return {m: {"error": f"probe failed (exit {res.exit_code}): {res.output[-300:]}"} for m in calls}
+    return json.loads(res.output.rsplit(MARK, 1)[1].strip().splitlines()[0])
+
+
+def returns(result: dict, calls: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(function, args, repr of the return value) for the calls of one module that returned plainly."""
+    return [(fn, args, r["ret"]) for (fn, args), r in zip(calls, result.get("calls", []), strict=False) if "ret" in r]
+
+
+def assertions(alias: str, rows: list[tuple[str, str, str]]) -> list[str]:
+    return [f"    assert {alias}{fn}({args}) == {ret}" for fn, args, ret in rows]
+
+
+def probe_functions(
+    repo_dir: Path, packages: list[str], functions: list[Function], rng: random.Random, n: int = 10
+) -> dict[str, list[tuple[str, str, str]]]:
+    """Probe every function with n argument lists: module -> its plain (function, args, repr) answers.
+    Modules that fail to import are left out."""
+    calls: Calls = {}
+    for fn in functions:
+        calls.setdefault(fn.module, []).extend((fn.name, a) for a in arg_sets(fn, rng, n))
+    results = probe(repo_dir, packages, calls)
+    return {m: returns(results[m], calls[m]) for m in calls if "calls" in results.get(m, {})}
+
+
+def repo_functions(repo_dir: Path) -> list[Function]:
+    paths = [p.relative_to(repo_dir).as_posix() for p in sorted(repo_dir.rglob("*.py"))]
+    return [f for path in paths for f in find_functions(repo_dir, path)]
