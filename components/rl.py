@@ -1,4 +1,4 @@
-"""Stage 3, RL: policy gradients with rewards from running the policy's calls in the task's repo."""
+"""Stage 3, RL: policy gradients on whole episodes in the production harness, with shaped rewards."""
 
 from kfp.dsl import Input, Model, Output
 
@@ -9,25 +9,35 @@ from harnessrl.stage import StageContext
 
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.harness.episode import Budgets
     from harnessrl.model.checkpoint import load, save
     from harnessrl.rl.loop import train_rl
+    from harnessrl.tasks import Task
 
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
-    tasks = read_jsonl(ctx.data_dir / "prompts.jsonl")
+    tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
+    budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
     last = train_rl(
         model,
         tok,
         tasks,
+        ctx.data_dir,
         cfg,
         RewardConfig.model_validate(ctx.cfg["reward"]),
-        ctx.data_dir / "repos",
         ctx.out / "metrics.jsonl",
         tag,
         ctx.cfg["seed"],
+        budgets,
     )
     save(model, tok, ctx.out)
-    return {"reward": last["reward"], "success": last["success"], "malformed": last["malformed"], "steps": cfg.steps}
+    return {
+        "reward": last["reward"],
+        "success": last["success"],
+        "malformed": last["malformed"],
+        "steps": cfg.steps,
+        "policy_version": last["policy_version"],
+    }
 
 
 def rl(

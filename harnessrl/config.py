@@ -107,7 +107,8 @@ class RLConfig(Strict):
     steps: int = Field(gt=0)
     prompts_per_step: int = Field(gt=0)
     group_size: int = Field(ge=2, description="rollouts per prompt, for group-relative advantages")
-    max_new_tokens: int = Field(gt=0)
+    max_new_tokens: int = Field(gt=0, description="per assistant turn")
+    max_turns: int = Field(6, gt=0, description="per episode")
     temperature: float = Field(1.0, gt=0)
     lr: float = Field(gt=0, le=1)
     grad_clip: float = Field(1.0, gt=0)
@@ -146,8 +147,10 @@ class EvalConfig(Strict):
     enabled: bool = True
     suites: list[str] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
-    num_tasks: int = Field(gt=0)
-    max_new_tokens: int = Field(gt=0)
+    num_tasks: int = Field(gt=0, description="held-out tasks per suite")
+    max_new_tokens: int = Field(gt=0, description="per assistant turn")
+    max_turns: int = Field(6, gt=0, description="per episode")
+    temperature: float = Field(0.0, ge=0, description="0: greedy")
     gates: list[GateConfig] = []
 
 

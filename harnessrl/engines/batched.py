@@ -1,0 +1,106 @@
+"""Many episodes at once, one batched generate per turn, with deterministic results.
+
+Each episode runs in its own thread through the ordinary harness loop. Its policy is a handle that
+posts the next-turn request to the batcher and waits. When every live episode has posted (the slow
+ones are still running tools), the batcher samples all of them in one batch, in episode order. The
+batch is thus the same set in the same order on every run, so seeded sampling gives the same
+trajectories, while generation costs one batched call per turn instead of one per episode.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from harnessrl.engines.hf import generate
+from harnessrl.engines.policy import HFPolicy
+from harnessrl.harness.episode import AssistantTurn
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class LockstepBatcher:
+    def __init__(self, model, tok, temperature: float, max_new_tokens: int, seed: int = 0) -> None:
+        self.single = HFPolicy(model, tok, temperature, max_new_tokens, seed)  # rendering, stop ids, context
+        self.seed = seed
+        self._cv = threading.Condition()
+        self._live: set[int] = set()
+        self._pending: dict[int, tuple[list[int], int]] = {}
+        self._results: dict[int, AssistantTurn] = {}
+        self._batches = 0
+        self._error: BaseException | None = None
+
+    def run(self, items: Sequence[T], episode: Callable[[T, Callable[..., AssistantTurn], int], R]) -> list[R]:
+        """`episode(item, policy, slot)` for every item, concurrently; results in item order."""
+        results: list[Any] = [None] * len(items)
+        errors: list[BaseException] = []
+        self._live = set(range(len(items)))
+
+        def one(i: int) -> None:
+            try:
+                results[i] = episode(items[i], lambda m, tools, max_tokens: self._turn(i, m, max_tokens), i)
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                with self._cv:
+                    self._live.discard(i)
+                    self._maybe_flush()
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(items))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+
+    def _turn(self, i: int, messages: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
+        prompt = self.single.prompt_ids(messages)
+        room = min(self.single.max_new_tokens, max_tokens, self.single.context - len(prompt))
+        with self._cv:
+            self._pending[i] = (prompt, room)
+            self._maybe_flush()
+            while i not in self._results and self._error is None:
+                self._cv.wait()
+            if self._error is not None:
+                raise RuntimeError("batched generation failed") from self._error
+            return self._results.pop(i)
+
+    def _maybe_flush(self) -> None:
+        """Called with the lock held: generate once every live episode is waiting for its turn."""
+        if not self._pending or set(self._pending) != self._live:
+            return
+        order = sorted(self._pending)
+        requests = [self._pending.pop(i) for i in order]
+        try:
+            turns = self._generate(requests)
+        except BaseException as e:
+            self._error = e
+            self._cv.notify_all()
+            raise
+        self._results.update(zip(order, turns, strict=True))
+        self._cv.notify_all()
+
+    def _generate(self, requests: list[tuple[list[int], int]]) -> list[AssistantTurn]:
+        out = [AssistantTurn(text="", token_ids=[], logprobs=[]) for _ in requests]
+        live = [k for k, (_, room) in enumerate(requests) if room > 0]  # a full context gets an empty turn
+        if live:
+            longest = max(requests[k][1] for k in live)
+            self._batches += 1
+            completions = generate(
+                self.single.model,
+                self.single.tok,
+                [requests[k][0] for k in live],
+                longest,
+                self.single.temperature,
+                self.seed * 1_000_003 + self._batches,
+            )
+            for k, c in zip(live, completions, strict=True):
+                room = requests[k][1]
+                ids, lps = c.token_ids[:room], c.logprobs[:room]  # each request keeps to its own budget
+                body = ids[:-1] if ids and ids[-1] in self.single._stop else ids
+                out[k] = AssistantTurn(text=self.single.tok.decode(body), token_ids=ids, logprobs=lps)
+        return out

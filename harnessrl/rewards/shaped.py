@@ -1,0 +1,31 @@
+"""A trajectory's reward as named, weighted components, each logged.
+
+outcome     the task's checker (run code or compare state)
+malformed   per malformed turn: an explicit negative, never a dropped sample (Composer's lesson:
+            dropping them taught the policy to emit broken calls on hard tasks)
+turns       per turn: fewer needless turns
+tokens      per 1k generated tokens: sensible length
+parallel    per turn whose calls ran in parallel; calls in one turn are independent by the protocol
+clarify     per clarifying question beyond what the task needs (the other reported hack)
+"""
+
+from __future__ import annotations
+
+from harnessrl.config import RewardConfig
+from harnessrl.harness.episode import Trajectory
+
+
+def reward_components(traj: Trajectory, w: RewardConfig, questions_needed: int = 0) -> dict[str, float]:
+    c = traj.counts
+    return {
+        "outcome": w.outcome * float(bool(traj.outcome.success)),
+        "malformed": w.malformed * c.malformed_turns,
+        "turns": w.turns * c.turns,
+        "tokens": w.tokens * c.tokens / 1000,
+        "parallel": w.parallel * c.parallel_turns,
+        "clarify": w.clarify * max(0, c.ask_user - questions_needed),
+    }
+
+
+def total(components: dict[str, float]) -> float:
+    return sum(components.values())
