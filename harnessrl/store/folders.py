@@ -40,8 +40,9 @@ def put_dir(store: Store, src: Path, prefix: str) -> dict:
     return index
 
 
-def get_dir(store: Store, prefix: str, dst: Path) -> Path:
-    """Download the folder at `prefix` into `dst`, which appears whole and verified, or not at all."""
+def get_dir(store: Store, prefix: str, dst: Path, only: set[str] | None = None) -> Path:
+    """Download the folder at `prefix` into `dst`, which appears whole and verified, or not at all.
+    `only` limits it to those relative paths (e.g. just the manifest)."""
     try:
         index = json.loads(store.get_bytes(f"{prefix}/{INDEX}"))
     except FileNotFoundError:
@@ -50,6 +51,8 @@ def get_dir(store: Store, prefix: str, dst: Path) -> Path:
         raise IncompleteError(f"{store.uri}/{prefix}: no {MANIFEST} yet; its upload has not finished")
     with atomic_dir(dst) as tmp:
         for name, meta in index["files"].items():
+            if only is not None and name not in only:
+                continue
             store.get_file(f"{prefix}/{name}", tmp / name, sha256=meta["sha256"])
     return Path(dst)
 
