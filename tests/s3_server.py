@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -35,9 +36,11 @@ FAKE_CREDENTIALS = {
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
+# Empty AWS config files, so nothing from ~/.aws leaks in (os.devnull is refused by s3fs's botocore).
+_empty = os.path.join(tempfile.mkdtemp(prefix="harnessrl-aws-"), "empty")
+open(_empty, "w").close()
+FAKE_CREDENTIALS |= {"AWS_CONFIG_FILE": _empty, "AWS_SHARED_CREDENTIALS_FILE": _empty}
 
 
 def free_port() -> int:
