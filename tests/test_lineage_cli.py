@@ -58,18 +58,18 @@ def test_s3_checkpoints_push_show_verify_and_fail_on_a_corrupt_object(
     assert rc == 0, err
     assert out.count("uploaded") == 3
     rc, out, _ = cli(capsys, "lineage", *ep, "push", str(rl), dest)
-    assert out.count("present") == 3, "content-addressed: nothing uploaded twice"
-    rl_uri = f"{dest}/{read_manifest(rl)['id']}"
+    assert out.count("present") == 3, "named by content: nothing uploaded twice"
+    rl_uri = f"{dest}/{read_manifest(rl)['manifest_hash']}"
 
     rc, out, err = cli(capsys, "lineage", *ep, "verify", rl_uri)
     assert rc == 0, err
     assert "verified: 14 checks passed" in out
     rc, out, _ = cli(capsys, "lineage", *ep, "show", rl_uri)
     fetched_base = out.splitlines()[1].strip()  # the path line under base: fetched by id
-    assert rc == 0 and fetched_base.endswith(read_manifest(base)["id"])
+    assert rc == 0 and fetched_base.endswith(read_manifest(base)["manifest_hash"])
 
     # Flip the cpt weights in the bucket: the store's checksum catches it on the way down.
-    key = f"ckpts/{read_manifest(cpt)['id']}/model.safetensors"
+    key = f"ckpts/{read_manifest(cpt)['manifest_hash']}/model.safetensors"
     client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
     meta = client.head_object(Bucket=s3.bucket, Key=key)["Metadata"]
     client.put_object(Bucket=s3.bucket, Key=key, Body=b"tampered", Metadata=meta)
@@ -77,7 +77,7 @@ def test_s3_checkpoints_push_show_verify_and_fail_on_a_corrupt_object(
     assert rc == 1 and key in err and "sha256 mismatch" in err
 
     # Delete the base from the bucket: verify names the missing parent.
-    client.delete_object(Bucket=s3.bucket, Key=f"ckpts/{read_manifest(base)['id']}/.harnessrl-index.json")
+    client.delete_object(Bucket=s3.bucket, Key=f"ckpts/{read_manifest(base)['manifest_hash']}/.harnessrl-index.json")
     client.put_object(Bucket=s3.bucket, Key=key, Body=(cpt / "model.safetensors").read_bytes(), Metadata=meta)
     base.rename(tmp_path / "gone")  # and the recorded local path too
     rc, _, err = cli(capsys, "lineage", *ep, "verify", rl_uri)

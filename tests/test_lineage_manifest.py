@@ -26,7 +26,8 @@ def test_manifest_records_origin_runtime_and_seal(tmp_path: Path, monkeypatch: p
     m = read_manifest(rl)
     assert m["schema"] == 2 and m["stage"] == "rl"
     assert m["id"] == tree_digest(rl, exclude=(MANIFEST, "metrics.jsonl"))
-    assert m["parent"] == {"id": read_manifest(rl.parent / "cpt")["id"], "path": str(rl.parent / "cpt")}
+    cpt = read_manifest(rl.parent / "cpt")
+    assert m["parent"] == {"id": cpt["id"], "manifest_hash": cpt["manifest_hash"], "path": str(rl.parent / "cpt")}
     assert m["config_hash"] == config_hash(m["config"])
     assert m["data_md5"] == dvc_dir_md5(data) == m["datasets"]["data"]["md5"]
     assert m["datasets"]["data"]["path"] == str(data.resolve())
@@ -63,10 +64,16 @@ def test_world_size_and_policy_version_given_explicitly_win(tmp_path: Path) -> N
     assert json.loads((ckpt / MANIFEST).read_text()) == m
 
 
-def test_chain_finds_a_parent_by_id_beside_the_checkpoint(tmp_path: Path) -> None:
-    # The store's layout, <root>/<id>/..., where the recorded paths no longer exist.
-    ids = {}
-    for p in make_chain(tmp_path / "c", make_data(tmp_path / "d")):
-        ids[p.name] = read_manifest(p)["id"]
-        p.rename(tmp_path / ids[p.name])
-    assert [m["stage"] for _, m in chain(tmp_path / ids["rl"])] == ["rl", "cpt", "base"]
+def test_chain_finds_a_parent_by_seal_beside_the_checkpoint_even_with_equal_weights(tmp_path: Path) -> None:
+    # The store's layout, <root>/<manifest_hash>/..., where the recorded paths no longer exist, and
+    # rl made no update: its weights id equals cpt's, which must not confuse the walk.
+    base, cpt, rl = make_chain(tmp_path / "c", make_data(tmp_path / "d"))
+    (rl / "model.safetensors").write_bytes((cpt / "model.safetensors").read_bytes())
+    m = read_manifest(cpt)
+    write_manifest(rl, stage="rl", config={}, parent=cpt, data_md5=None, metrics={}, started=0.0, seed=0)
+    assert read_manifest(rl)["id"] == m["id"]
+    keys = {}
+    for p in (base, cpt, rl):
+        keys[p.name] = read_manifest(p)["manifest_hash"]
+        p.rename(tmp_path / keys[p.name])
+    assert [m["stage"] for _, m in chain(tmp_path / keys["rl"])] == ["rl", "cpt", "base"]

@@ -124,7 +124,14 @@ def write_manifest(
         "schema": SCHEMA,
         "id": tree_digest(ckpt, exclude=(MANIFEST, "metrics.jsonl")),
         "stage": stage,
-        "parent": None if parent_manifest is None else {"id": parent_manifest["id"], "path": str(parent)},
+        "parent": None
+        if parent_manifest is None
+        else {
+            "id": parent_manifest["id"],
+            # The weights id alone is ambiguous: an RL step that changes nothing keeps its parent's id.
+            "manifest_hash": parent_manifest.get("manifest_hash"),
+            "path": str(parent),
+        },
         "config": config,
         "config_hash": config_hash(config),
         "data_md5": data_md5,  # = datasets["data"]["md5"]; kept for readers of schema 1
@@ -158,15 +165,23 @@ def datasets(m: dict) -> dict[str, dict]:
     return {"data": {"md5": m["data_md5"], "path": None}} if m.get("data_md5") else {}
 
 
+def store_key(manifest: dict) -> str:
+    """A checkpoint's name in the store: its manifest's seal, unique per checkpoint even where two
+    share weights (an RL stage that made no update), unlike the weights id."""
+    return manifest["manifest_hash"]
+
+
 def parent_path(ckpt: Path, manifest: dict) -> Path | None:
-    """Where the parent is: a sibling folder named by its id (the store's layout, and a fetched
-    chain's), else the path recorded at write time. None when neither exists."""
-    if not manifest.get("parent"):
+    """Where the parent is: a sibling folder named by its store key (the store's layout, and a
+    fetched chain's), else the path recorded at write time. None when neither exists."""
+    parent = manifest.get("parent")
+    if not parent:
         return None
-    by_id = Path(ckpt).parent / manifest["parent"]["id"]
-    if (by_id / MANIFEST).is_file():
-        return by_id
-    recorded = Path(manifest["parent"]["path"])
+    if parent.get("manifest_hash"):
+        by_key = Path(ckpt).parent / parent["manifest_hash"]
+        if (by_key / MANIFEST).is_file():
+            return by_key
+    recorded = Path(parent["path"])
     return recorded if (recorded / MANIFEST).is_file() else None
 
 

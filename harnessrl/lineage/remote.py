@@ -1,7 +1,7 @@
-"""Checkpoint chains in the artifact store, laid out by id: `<store>/<id>/...`.
+"""Checkpoint chains in the artifact store, laid out by manifest seal: `<store>/<manifest_hash>/...`.
 
-Content-addressed, so pushing a chain twice uploads nothing new, and a child finds its parent
-beside it by the id its manifest records (manifest.parent_path). Fetching goes through the store,
+Named by content, so pushing a chain twice uploads nothing new, and a child finds its parent
+beside it by the seal its manifest records (manifest.parent_path). Fetching goes through the store,
 so every file is checked against its sha256 on the way down.
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from harnessrl.config import StoreConfig
-from harnessrl.lineage.manifest import MANIFEST, chain
+from harnessrl.lineage.manifest import MANIFEST, chain, store_key
 from harnessrl.store import open_store
 from harnessrl.store.folders import get_dir, put_dir
 
@@ -21,15 +21,16 @@ def push_chain(ckpt: Path, uri: str, cfg: StoreConfig | None = None) -> list[tup
     store = open_store(uri, cfg)
     out = []
     for path, m in reversed(chain(ckpt)):
-        done = store.exists(f"{m['id']}/{MANIFEST}")  # the manifest goes up last: present means complete
+        key = store_key(m)
+        done = store.exists(f"{key}/{MANIFEST}")  # the manifest goes up last: present means complete
         if not done:
-            put_dir(store, path, m["id"])
-        out.append((f"{store.uri}/{m['id']}", not done))
+            put_dir(store, path, key)
+        out.append((f"{store.uri}/{key}", not done))
     return out
 
 
 def fetch_chain(uri: str, dst: Path, cfg: StoreConfig | None = None, weights: bool = True) -> Path:
-    """Download `uri` (`<store>/<name>`) and its ancestors into `dst/<id>`; returns the first's folder.
+    """Download `uri` (`<store>/<name>`) and its ancestors into `dst/<key>`; returns the first's folder.
 
     Stops quietly at an ancestor the store lacks: verify then names it as the missing parent.
     Without `weights`, only manifests come down (enough for show and diff).
@@ -39,11 +40,12 @@ def fetch_chain(uri: str, dst: Path, cfg: StoreConfig | None = None, weights: bo
     only = None if weights else {MANIFEST}
     first = get_dir(store, name, Path(dst) / name, only)
     cur = first
-    while parent := json.loads((cur / MANIFEST).read_text()).get("parent"):
-        if (Path(dst) / parent["id"]).exists():
+    while (parent := json.loads((cur / MANIFEST).read_text()).get("parent")) and parent.get("manifest_hash"):
+        key = parent["manifest_hash"]
+        if (Path(dst) / key).exists():
             break
         try:
-            cur = get_dir(store, parent["id"], Path(dst) / parent["id"], only)
+            cur = get_dir(store, key, Path(dst) / key, only)
         except FileNotFoundError:
             break
     return first

@@ -2,7 +2,7 @@
 
 Per checkpoint, newest first: the manifest's seal (an edited manifest), the config hash, the
 weights' tree digest against the id, each dataset's DVC md5 where its folder is on this machine,
-then the parent: present, and carrying the id this manifest recorded. The parent's own weights are
+then the parent: present, and carrying the id and seal this manifest recorded. The parent's own weights are
 re-hashed when the walk reaches it, so a changed ancestor is named as itself.
 """
 
@@ -77,21 +77,22 @@ def _one(ckpt: Path) -> Iterator[Check]:
         yield say(f"data:{name}", got == d["md5"], detail)
 
     if m.get("parent"):
-        want = m["parent"]["id"]
+        want = m["parent"]
         parent = parent_path(ckpt, m)
         if parent is None:
-            yield say("parent", False, f"missing: {want[:12]} (recorded at {m['parent']['path']})")
+            yield say("parent", False, f"missing: {want['id'][:12]} (recorded at {want['path']})")
             return
         try:
-            found = json.loads((parent / MANIFEST).read_text()).get("id", "")
+            found = json.loads((parent / MANIFEST).read_text())
         except (OSError, json.JSONDecodeError) as e:
-            found = f"<unreadable: {e}>"
-        ok = found == want
-        yield say(
-            "parent",
-            ok,
-            f"{want[:12]} at {parent}" if ok else f"replaced: recorded {want[:12]}, {parent} is {found[:12]}",
-        )
+            found = {"id": f"<unreadable: {e}>"}
+        # Same weights id and, where recorded (schema 2), the same sealed manifest.
+        ok = found.get("id") == want["id"] and want.get("manifest_hash") in (None, found.get("manifest_hash"))
+        detail = f"{want['id'][:12]} at {parent}"
+        if not ok:
+            seal = (found.get("manifest_hash") or "?")[:12]
+            detail = f"replaced: recorded {want['id'][:12]}, {parent} is {found.get('id', '?')[:12]} (seal {seal})"
+        yield say("parent", ok, detail)
 
 
 def report(checks: Iterator[Check], say=print) -> str | None:
