@@ -135,7 +135,95 @@ def build_parser() -> argparse.ArgumentParser:
     px.add_argument("--workspace", type=Path, required=True, metavar="DIR", help="directory to copy and work in")
     px.add_argument("--tools", help="comma-separated tool names the message may call (default: all)")
     px.add_argument("--user", help="what the simulated user answers to ask_user (default: no user)")
+    _add_lineage_and_data_remote(sub, dsub)
     return parser
+
+
+# ----------------------------------------------------------------------------- lineage, data push/pull
+
+
+def _add_lineage_and_data_remote(sub: argparse._SubParsersAction, dsub: argparse._SubParsersAction) -> None:
+    for name, text in (("push", "dvc add data/ and push it to the remote"), ("pull", "pull data/ from the remote")):
+        pd = dsub.add_parser(name, help=text, description=f"{text} (store.data_remote: a directory or s3://...)")
+        _add_overrides(pd)
+        pd.add_argument("--remote", help="override store.data_remote: a local directory or s3://bucket/prefix")
+        pd.add_argument("--endpoint-url", help="override store.endpoint_url (S3-compatible server)")
+        pd.add_argument("--repo", type=Path, default=Path("."), help="the git+DVC repo root (default: .)")
+
+    p = sub.add_parser(
+        "lineage",
+        help="show, verify, diff or push checkpoints' lineage",
+        description="CKPT is a checkpoint folder or s3://bucket/prefix/<id> (downloaded through the store, "
+        "checksums verified). Exit 0: ok; 1: verification failed; 2: bad input.",
+    )
+    p.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// checkpoints")
+    lsub = p.add_subparsers(dest="lineage_command", required=True, metavar="ACTION")
+    lsub.add_parser("show", help="print the chain back to the base model as a tree").add_argument("ckpt")
+    lsub.add_parser("verify", help="recompute every hash along the chain; exit 1 at the first mismatch").add_argument(
+        "ckpt"
+    )
+    pd = lsub.add_parser("diff", help="what differs between two checkpoints' origins")
+    pd.add_argument("a")
+    pd.add_argument("b")
+    pp = lsub.add_parser("push", help="upload a checkpoint and its ancestors to a store, by id")
+    pp.add_argument("ckpt")
+    pp.add_argument("dest", help="a local directory or s3://bucket/prefix")
+
+
+def _cmd_lineage(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from harnessrl.config import StoreConfig
+    from harnessrl.lineage import remote, show, verify
+    from harnessrl.store import ChecksumError
+
+    cfg = StoreConfig(endpoint_url=args.endpoint_url)
+    with tempfile.TemporaryDirectory(prefix="harnessrl-lineage-") as tmp:
+        try:
+            if args.lineage_command == "push":
+                for uri, uploaded in remote.push_chain(remote.local_copy(args.ckpt, Path(tmp), cfg), args.dest, cfg):
+                    print(f"{'uploaded' if uploaded else 'present '}  {uri}")
+                return 0
+            names = [args.a, args.b] if args.lineage_command == "diff" else [args.ckpt]
+            whole = args.lineage_command == "verify"
+            paths = [remote.local_copy(n, Path(tmp) / str(i), cfg, weights=whole) for i, n in enumerate(names)]
+            if args.lineage_command == "show":
+                print(show.render_chain(paths[0]))
+            elif args.lineage_command == "diff":
+                print("\n".join(show.diff(*paths)) or "same origin: no differences")
+            else:
+                failed = verify.report(verify.verify(paths[0]), print)
+                if failed:
+                    print(f"harnessrl: verify failed: {failed}", file=sys.stderr)
+                    return 1
+            return 0
+        except ChecksumError as e:  # a download that does not match its stored sha256
+            print(f"harnessrl: verify failed: {e}", file=sys.stderr)
+            return 1
+        except (FileNotFoundError, ValueError, BotoCoreError, ClientError) as e:
+            print(f"harnessrl: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+
+def _cmd_data_remote(args: argparse.Namespace) -> int:
+    from harnessrl.data import remote
+
+    cfg = compose(args.overrides)
+    store = cfg.store.model_copy(update={"endpoint_url": args.endpoint_url or cfg.store.endpoint_url})
+    url = args.remote or store.data_remote
+    try:
+        if args.data_command == "push":
+            r = remote.push(args.repo, Path(cfg.data.dir), url, store)
+            print(f"pushed {cfg.data.dir} (md5 {r['md5']}, {r['pushed']} new objects) to {r['remote']}")
+        else:
+            r = remote.pull(args.repo, Path(cfg.data.dir), url, store)
+            print(f"pulled {cfg.data.dir} (md5 {r['md5']} verified, {r['fetched']} fetched) from {r['remote']}")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"harnessrl: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +301,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from harnessrl.data.build import build
     from harnessrl.data.md5 import dvc_dir_md5
 
+    if args.data_command in ("push", "pull"):
+        return _cmd_data_remote(args)
     cfg = compose(args.overrides)
     out = args.output or Path(cfg.data.dir)
     build(cfg.data, out)
@@ -292,6 +382,7 @@ COMMANDS = {
     "data": _cmd_data,
     "tasks": _cmd_tasks,
     "tools": _cmd_tools,
+    "lineage": _cmd_lineage,
 }
 
 if __name__ == "__main__":

@@ -243,6 +243,33 @@ class InfraConfig(Strict):
         return self.resources.get(stage) or self.resources.get("default") or StageResources()
 
 
+# ----------------------------------------------------------------------------- store
+
+
+class StoreConfig(Strict):
+    """Where artifacts (checkpoints, metrics, reports) and the DVC data remote live.
+
+    A path is a local directory; `s3://bucket/prefix` is S3 or an S3-compatible server at
+    `endpoint_url`. Credentials come from the environment (AWS_ACCESS_KEY_ID, ... or IRSA), never here.
+    """
+
+    uri: str = Field("runs/store", description="artifact store: a local directory or s3://bucket/prefix")
+    data_remote: str = Field(
+        "runs/dvc-remote", description="DVC remote for data/: a local directory or s3://bucket/prefix"
+    )
+    endpoint_url: str | None = Field(None, description="S3-compatible endpoint, e.g. http://minio:9000; None: AWS")
+    region: str | None = None
+    retry_mode: Literal["standard", "adaptive"] = "standard"
+    max_attempts: int = Field(
+        10, ge=0, description="botocore retries.max_attempts: retries per request after the first try"
+    )
+    connect_timeout_s: float = Field(10, gt=0)
+    read_timeout_s: float = Field(60, gt=0)
+    multipart_threshold_mb: int = Field(64, ge=5, description="files at least this big go up in parts")
+    multipart_chunksize_mb: int = Field(16, ge=5, description="part size; S3's minimum is 5 MiB")
+    max_concurrency: int = Field(8, gt=0, description="parallel part uploads/downloads per file")
+
+
 # ----------------------------------------------------------------------------- the whole recipe
 
 
@@ -255,6 +282,7 @@ class Config(Strict):
     reward: RewardConfig
     engine: EngineConfig
     infra: InfraConfig
+    store: StoreConfig = Field(default_factory=StoreConfig, description="not part of any stage's cache key")
 
     def enabled_stages(self) -> list[str]:
         """Stage names in chain order; `base` always runs."""

@@ -1,0 +1,114 @@
+"""`harnessrl data push` / `data pull`: the repo's data folder to and from a DVC remote.
+
+Through DVC's Python API (`dvc.repo.Repo`, the same calls its CLI makes). The remote is passed
+as config when the repo is opened, never written to `.dvc/config`, so a local directory (the
+default) or S3 (dvc-s3, with an endpoint for S3-compatible servers) is chosen per call from the
+recipe's `store` config. DVC's site cache (by default under /var/tmp) goes under `.dvc/tmp`, and
+its analytics are off.
+
+Push runs `dvc add` first, so `data.dvc` always records what went up; pull ends by checking the
+folder's md5 (harnessrl.data.md5, the same number DVC records) against `data.dvc`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from harnessrl.config import StoreConfig
+from harnessrl.data.md5 import dvc_dir_md5
+
+REMOTE = "harnessrl"
+
+
+def remote_section(url: str, root: Path, cfg: StoreConfig) -> dict:
+    """DVC's `remote "<name>"` section for a local directory or an s3:// URL."""
+    if not url.startswith("s3://"):
+        path = Path(url) if Path(url).is_absolute() else root / url
+        return {"url": str(path)}
+    section = {"url": url}
+    if cfg.endpoint_url:
+        section["endpointurl"] = cfg.endpoint_url
+    if cfg.region:
+        section["region"] = cfg.region
+    return section
+
+
+@contextmanager
+def open_repo(root: Path, url: str, cfg: StoreConfig) -> Iterator:
+    """The DVC repo at `root` (initialized on first use) with our remote as its default."""
+    from dvc.repo import Repo
+
+    site_cache = root / ".dvc" / "tmp" / "site-cache"
+    old = os.environ.get("DVC_SITE_CACHE_DIR")
+    # Repo.init opens the repo before any config of ours applies: point its site cache here too.
+    os.environ["DVC_SITE_CACHE_DIR"] = str(site_cache)
+    try:
+        if not (root / ".dvc").is_dir():
+            Repo.init(str(root)).close()
+            with Repo(str(root)) as repo, repo.config.edit() as conf:
+                conf["core"]["analytics"] = False
+        config = {
+            "core": {"remote": REMOTE, "analytics": False, "site_cache_dir": str(site_cache)},
+            "remote": {REMOTE: remote_section(url, root, cfg)},
+        }
+        with Repo(str(root), config=config) as repo:
+            yield repo
+    finally:
+        if old is None:
+            os.environ.pop("DVC_SITE_CACHE_DIR", None)
+        else:
+            os.environ["DVC_SITE_CACHE_DIR"] = old
+
+
+def dvc_file(data_dir: Path) -> Path:
+    return data_dir.with_name(data_dir.name + ".dvc")
+
+
+def recorded_md5(data_dir: Path) -> str:
+    path = dvc_file(data_dir)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found; run `harnessrl data push` where the data was built")
+    return yaml.safe_load(path.read_text())["outs"][0]["md5"]
+
+
+def _inside(root: Path, data_dir: Path) -> Path:
+    root, data_dir = root.resolve(), (data_dir if data_dir.is_absolute() else root / data_dir).resolve()
+    if not data_dir.is_relative_to(root):
+        raise ValueError(f"{data_dir}: the data folder must be inside the repo {root}")
+    return data_dir
+
+
+def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
+    """`dvc add` the data folder (updating data.dvc) and push its files; returns md5 and counts."""
+    data_dir = _inside(root, data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"{data_dir}: no data folder; build it with `harnessrl data build`")
+    with open_repo(root.resolve(), url, cfg) as repo:
+        repo.add([str(data_dir)])
+        pushed = repo.push(targets=[str(dvc_file(data_dir))])
+    md5 = recorded_md5(data_dir)
+    ours = dvc_dir_md5(data_dir)
+    if ours != md5:  # our cache keys must be DVC's md5s; a mismatch is a bug in data/md5.py
+        raise RuntimeError(f"{data_dir}: dvc recorded {md5}, harnessrl.data.md5 computes {ours}")
+    return {"md5": md5, "pushed": pushed, "remote": remote_section(url, root.resolve(), cfg)["url"]}
+
+
+def pull(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
+    """Fetch the files data.dvc names and check the data folder out; verifies its md5."""
+    data_dir = _inside(root, data_dir)
+    md5 = recorded_md5(data_dir)
+    with open_repo(root.resolve(), url, cfg) as repo:
+        stats = repo.pull(targets=[str(dvc_file(data_dir))], force=True)
+    got = dvc_dir_md5(data_dir)
+    if got != md5:
+        raise RuntimeError(f"{data_dir}: after pull md5 is {got}, data.dvc records {md5}")
+    return {
+        "md5": md5,
+        "fetched": stats.get("stats", {}).get("fetched", 0),
+        "remote": remote_section(url, root.resolve(), cfg)["url"],
+    }
