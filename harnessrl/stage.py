@@ -85,6 +85,7 @@ def run_stage(
             config=cfg,
             parent=ctx.parent,
             data_md5=data_md5,
+            data_dir=ctx.data_dir,
             metrics=metrics,
             started=started,
             seed=cfg["seed"],
