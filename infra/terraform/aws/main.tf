@@ -38,10 +38,9 @@ locals {
   )
 
   # Does every node group fit the largest harnessrl pod of its pool? (memory: request in G, capacity in GiB)
-  cpu_fits = alltrue([
-    for t in var.cpu_node_group.instance_types : !contains(keys(var.harnessrl_pool_requests), "cpu") || (
-      local.cpu_instances[t].cpu > var.harnessrl_pool_requests["cpu"].cpu &&
-      local.cpu_instances[t].memory_gib * 1.073741824 > var.harnessrl_pool_requests["cpu"].memory_gb
-    )
+  cpu_request = lookup(var.harnessrl_pool_requests, "cpu", null)
+  cpu_fits = local.cpu_request == null ? true : alltrue([
+    for t in var.cpu_node_group.instance_types :
+    local.cpu_instances[t].cpu > local.cpu_request.cpu && local.cpu_instances[t].memory_gib * 1.073741824 > local.cpu_request.memory_gb
   ])
 }

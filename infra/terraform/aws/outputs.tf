@@ -107,12 +107,14 @@ output "node_pools" {
 }
 
 output "gpu_node_groups" {
-  description = "GPU node groups: EKS name, labels, taints, placement group."
+  description = "GPU node groups: EKS name, labels, taints, placement group, EFA interfaces, AMI type."
   value = { for k, m in module.gpu_node_group : k => {
     name            = m.node_group_name
     labels          = m.labels
     taints          = m.taints
     placement_group = m.placement_group
+    efa_interfaces  = m.efa_interfaces
+    ami_type        = m.ami_type
   } }
 }
 

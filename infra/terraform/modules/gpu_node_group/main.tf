@@ -100,6 +100,16 @@ variable "pool_request" {
   default     = null
 }
 
+locals {
+  # Fits the largest harnessrl pod of its pool (memory: request in G, capacity in GiB). A conditional, not ||:
+  # Terraform evaluates both sides of ||.
+  fits = var.pool_request == null ? true : (
+    var.instance.gpus >= var.pool_request.gpus &&
+    var.instance.cpu > var.pool_request.cpu &&
+    var.instance.memory_gib * 1.073741824 > var.pool_request.memory_gb
+  )
+}
+
 resource "aws_placement_group" "this" {
   count    = var.placement_group ? 1 : 0
   name     = var.name
@@ -207,11 +217,7 @@ resource "aws_eks_node_group" "this" {
   lifecycle {
     ignore_changes = [scaling_config[0].desired_size]
     precondition {
-      condition = var.pool_request == null || (
-        var.instance.gpus >= var.pool_request.gpus &&
-        var.instance.cpu > var.pool_request.cpu &&
-        var.instance.memory_gib * 1.073741824 > var.pool_request.memory_gb
-      )
+      condition     = local.fits
       error_message = "${var.instance_type} (${var.instance.gpus} GPUs, ${var.instance.cpu} vCPU, ${var.instance.memory_gib} GiB) cannot fit harnessrl's largest pod on pool ${var.labels["harnessrl.io/pool"]}: ${jsonencode(var.pool_request)}."
     }
   }
@@ -235,4 +241,14 @@ output "taints" {
 output "placement_group" {
   description = "Placement group name, or null."
   value       = one(aws_placement_group.this[*].name)
+}
+
+output "efa_interfaces" {
+  description = "EFA interfaces in the launch template."
+  value       = length([for ni in aws_launch_template.this.network_interfaces : ni if ni.interface_type == "efa"])
+}
+
+output "ami_type" {
+  description = "The node group's AMI type."
+  value       = aws_eks_node_group.this.ami_type
 }

@@ -156,7 +156,7 @@ output "private_subnet_ids" {
   value       = { for az, s in aws_subnet.private : az => s.id }
 }
 
-output "s3_endpoint_id" {
-  description = "S3 gateway endpoint id, or null."
-  value       = one(aws_vpc_endpoint.s3[*].id)
+output "s3_endpoint_ids" {
+  description = "The S3 gateway endpoint's id, or no ids."
+  value       = aws_vpc_endpoint.s3[*].id
 }
