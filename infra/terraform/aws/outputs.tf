@@ -38,6 +38,7 @@ locals {
     s3_secret_name            = local.harnessrl_secret.secret
     enable_efa_device_plugin  = var.enable_efa
     gpu_taint_key             = local.gpu_taint.key
+    gpu_pools                 = sort([for pool in keys(local.node_pools) : pool if pool != "cpu"])
   }
 }
 
