@@ -37,7 +37,9 @@ def success_by_stage(report: dict[str, Any], path: Path) -> None:
         xs = [i + (j - (len(suites) - 1) / 2) * width for i in range(len(results))]
         m = [r["suites"][suite]["success"] for r in results]
         ys = [x["value"] for x in m]
-        err = [[y - x["lo"] for y, x in zip(ys, m, strict=True)], [x["hi"] - y for y, x in zip(ys, m, strict=True)]]
+        # max(0, ...): an interval end can sit a rounding error inside its point estimate.
+        err = [[max(0.0, y - x["lo"]) for y, x in zip(ys, m, strict=True)],
+               [max(0.0, x["hi"] - y) for y, x in zip(ys, m, strict=True)]]  # fmt: skip
         colors = [STAGE_COLORS.get(r["stage"], "#607d8b") for r in results]
         ax.bar(xs, ys, width * 0.9, yerr=err, capsize=4, color=colors, edgecolor="black", alpha=1 - 0.25 * j)
         for x, y in zip(xs, ys, strict=True):

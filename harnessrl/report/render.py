@@ -37,6 +37,14 @@ def _columns(report: dict[str, Any]) -> list[str]:
 def headline(report: dict[str, Any]) -> tuple[str, str]:
     """(one sentence, verdict class) saying whether RL helped, from the paired success difference."""
     e = report.get("rl_effect")
+    if len(report["results"]) == 1:  # one checkpoint or endpoint: its success is the headline
+        r = report["results"][0]
+        m = r["all"]["success"]
+        return (
+            f"{r['stage']} {r['checkpoint'][:12]}: success {m['value']:.3f} [95% CI {m['lo']:.3f}, {m['hi']:.3f}] "
+            f"over {r['all']['episodes']} episodes.",
+            "none",
+        )
     if not e:
         return "No RL checkpoint in this chain: nothing to say about RL.", "none"
     d = e["success_diff"]
@@ -107,6 +115,8 @@ td:first-child,td:nth-child(2),th{text-align:left}a{color:inherit;text-decoratio
 
 def _link(out: Path, r: dict[str, Any]) -> str:
     """Relative link from the report to the checkpoint's manifest (absolute when not under one root)."""
+    if "://" in r["path"]:  # a served model: link to its endpoint
+        return r["path"]
     manifest = Path(r["path"]) / "manifest.json"
     try:
         return os.path.relpath(manifest, out)
