@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 STAGE_COLORS = {"base": "#9e9e9e", "cpt": "#7986cb", "sft": "#4db6ac", "rl": "#ef6c00", "long_horizon": "#c62828"}
 PLOTS = {
@@ -42,13 +43,16 @@ def success_by_stage(report: dict[str, Any], path: Path) -> None:
                [max(0.0, x["hi"] - y) for y, x in zip(ys, m, strict=True)]]  # fmt: skip
         colors = [STAGE_COLORS.get(r["stage"], "#607d8b") for r in results]
         ax.bar(xs, ys, width * 0.9, yerr=err, capsize=4, color=colors, edgecolor="black", alpha=1 - 0.25 * j)
-        for x, y in zip(xs, ys, strict=True):
-            ax.text(x, y + 0.02, f"{y:.2f}", ha="center", va="bottom", fontsize=8)
+        for x, y, mm in zip(xs, ys, m, strict=True):
+            ax.text(x, mm["hi"] + 0.015, f"{y:.2f}", ha="center", va="bottom", fontsize=8)  # above its CI bar
+            if len(suites) > 1:  # which bar is which suite, written on the bar
+                ax.text(x - width * 0.25, 0.015, suite, ha="center", va="bottom", rotation=90, fontsize=7)
         if "pass_at_k" in results[0]["suites"][suite]:
             pk = [r["suites"][suite]["pass_at_k"]["value"] for r in results]
-            ax.scatter(xs, pk, marker="_", s=300, color="black", zorder=3, label=f"{suite} pass@k" if j == 0 else None)
+            k = results[0]["suites"][suite]["pass_at_k"]["k"]
+            ax.scatter(xs, pk, marker="_", s=300, color="black", zorder=3, label=f"pass@{k}" if j == 0 else None)
     ax.set_xticks(range(len(results)), [_label(r) for r in results], fontsize=8)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.15)
     ax.set_ylabel("success (pass@1), 95% CI")
     seeds = report["seeds"]
     ax.set_title(f"Held-out success by checkpoint: {', '.join(suites)}; seeds {seeds}; T={report['temperature']}")
@@ -71,6 +75,7 @@ def rl_training(report: dict[str, Any], path: Path) -> None:
     top.set_ylabel("mean reward")
     bottom.set_ylabel("malformed turn rate")
     bottom.set_xlabel("RL step (rl, then long_horizon)")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     top.set_title("RL training (rollout batches)")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)

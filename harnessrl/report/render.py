@@ -5,6 +5,7 @@ of the checkpoint it measures."""
 from __future__ import annotations
 
 import html
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,13 @@ def _setup(report: dict[str, Any]) -> str:
 
 
 def _vs_parent(report: dict[str, Any], stage: str) -> str:
-    for c in report["comparisons"]:
+    results = report["results"]
+    for c, (parent, child) in zip(report["comparisons"], itertools.pairwise(results), strict=True):
         if c["stage"] == stage:
             d = c["success_diff"]
-            return f"{d['value']:+.3f} ({c['verdict']})"
+            # An RL stage that made no update keeps its parent's weights id: say so, it is not a typo.
+            same = "; same weights as parent" if child["checkpoint"] == parent["checkpoint"] else ""
+            return f"{d['value']:+.3f} ({c['verdict']}{same})"
     return ""
 
 
