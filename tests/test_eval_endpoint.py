@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engines.openai_client import EndpointError, OpenAIChatPolicy, _calls_as_text, served_model
+from harnessrl.engines.openai_client import ChatEndpointPolicy, EndpointError, _calls_as_text, served_model
 from harnessrl.harness.protocol import parse_turn
 from harnessrl.harness.tools import select
 from tests.conftest import run_cli
@@ -84,21 +84,21 @@ def test_a_turn_through_the_endpoint_equals_the_local_policy_token_for_token(ser
     srv, url = server
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Where is X?"}]
     local = HFPolicy(srv.model, srv.tok, temperature=0.0, max_new_tokens=16)(messages, [], 1000)
-    remote = OpenAIChatPolicy(url, served_model(url), temperature=0.0, max_new_tokens=16)(messages, [], 1000)
+    remote = ChatEndpointPolicy(url, served_model(url), temperature=0.0, max_new_tokens=16)(messages, [], 1000)
     assert remote.text == local.text and remote.token_ids == local.token_ids
     assert remote.logprobs == pytest.approx(local.logprobs, abs=1e-5)
     assert len(remote.token_ids) > 0
     # Without the token-id extension the turn still comes back, with no ids (the harness estimates).
-    plain = OpenAIChatPolicy(url, "tiny", 0.0, 16, token_ids=False)(messages, [], 1000)
+    plain = ChatEndpointPolicy(url, "tiny", 0.0, 16, token_ids=False)(messages, [], 1000)
     assert plain.text == local.text and plain.token_ids is None
 
 
 def test_endpoint_errors_name_the_url_and_a_full_context_is_an_empty_turn(server) -> None:
     _, url = server
     with pytest.raises(EndpointError, match=r"/chat/completions: HTTP 404: .*not found"):
-        OpenAIChatPolicy(url, "no-such-model", 0.0, 8)([{"role": "user", "content": "hi"}], [], 100)
+        ChatEndpointPolicy(url, "no-such-model", 0.0, 8)([{"role": "user", "content": "hi"}], [], 100)
     huge = [{"role": "user", "content": "x " * 3000}]  # longer than the tiny model's 1024 positions
-    turn = OpenAIChatPolicy(url, "tiny", 0.0, 8)(huge, [], 100)
+    turn = ChatEndpointPolicy(url, "tiny", 0.0, 8)(huge, [], 100)
     assert turn.text == "" and turn.token_ids == []
 
 

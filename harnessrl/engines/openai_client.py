@@ -86,7 +86,7 @@ def _token_ids(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | 
     return [int(t.removeprefix("token_id:")) for t in tokens], [float(c["logprob"]) for c in content]
 
 
-class OpenAIChatPolicy:
+class ChatEndpointPolicy:
     """One episode's policy. Each turn's sampling seed is derived from `seed` and the turn index, so an
     episode replays exactly on a server that honours `seed` (vLLM does)."""
 

@@ -53,14 +53,14 @@ def endpoint_rows(
     api_key: str | None = None,
 ) -> list[dict]:
     """Every task under every seed with a served model; `workers` episodes in flight at once."""
-    from harnessrl.engines.openai_client import OpenAIChatPolicy
+    from harnessrl.engines.openai_client import ChatEndpointPolicy
     from harnessrl.tasks import run_tasks
 
     index = {t.id: i for i, t in enumerate(tasks)}
     rows: list[dict[str, Any]] = []
     for seed in cfg.seeds:
         # Each episode its own policy and seed stream, so the numbers do not depend on scheduling.
-        policy_for = lambda task, seed=seed: OpenAIChatPolicy(
+        policy_for = lambda task, seed=seed: ChatEndpointPolicy(
             url,
             model,
             cfg.temperature,
