@@ -147,20 +147,53 @@ class SlowExpert(Expert):
         return super().__call__(messages, tools, max_tokens)
 
 
+def bench_call_overhead(tmp: Path) -> None:
+    """What the harness adds per tool call beyond the tool's own work: parse, validate, dispatch,
+    time and record. The tool here does nothing, so everything measured is overhead."""
+    from pydantic import BaseModel, ConfigDict
+
+    from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+    from harnessrl.harness.tools import Tool, ToolContext
+
+    class NoArgs(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    noop = Tool("noop", "does nothing", NoArgs, lambda ctx, args: "ok")
+    turns, calls_per_turn = 200, 4
+    reply = AssistantTurn(text=render_calls([("noop", {})] * calls_per_turn))
+    final = AssistantTurn(text="done")
+
+    def policy(messages, tools, max_tokens):  # type: ignore[no-untyped-def]
+        return final if len(messages) > 2 * turns else reply
+
+    ws = tmp / "noop-ws"
+    ws.mkdir()
+    budgets = Budgets(max_turns=turns + 1, max_tokens=10**9, max_calls_per_turn=calls_per_turn)
+    for parallel in (1, calls_per_turn):
+        b = budgets.model_copy(update={"max_parallel": parallel})
+        t = time.perf_counter()
+        traj = run_episode(policy, "go", {"noop": noop}, ToolContext(workspace=ws), budgets=b)
+        per_call = (time.perf_counter() - t) / traj.counts.tool_calls
+        print(
+            f"  harness overhead per call ({parallel} thread(s), {traj.counts.tool_calls} calls): "
+            f"{per_call * 1e3:.3f} ms   target <= 1 ms"
+        )
+
+
 def bench_concurrency(tmp: Path) -> None:
     d = tmp / "suite-lookup"
     tasks = load_suite(d, "train") + load_suite(d, "heldout")
-    print(f"concurrent episodes (lookup, policy {SlowExpert.delay_s}s/turn, 2 turns; ideal wall ~1.0 s)")
+    print(f"concurrent episodes (lookup, policy {SlowExpert.delay_s}s/turn, 2 turns, sandboxed grep; ideal ~1 s)")
     best = 0
-    for n in (1, 8, 32, 64):
+    for n in (1, 64, 256, 512):
         batch = [tasks[i % len(tasks)] for i in range(n)]
         t = time.perf_counter()
         trajs = run_tasks(batch, d, SlowExpert, workers=n)
         wall = time.perf_counter() - t
         ok = all(tr.outcome.success for tr in trajs)
-        best = n if ok and wall < 2.0 else best
+        best = n if ok else best
         print(f"  {n:>3} at once: wall {wall:5.2f} s | {n / wall:6.1f} episodes/s | all succeeded: {ok}")
-    print(f"  max concurrent episodes tried that all succeeded within 2x the ideal wall: {best}")
+    print(f"  most concurrent episodes tried, all without error: {best}   target >= 500")
 
 
 def main() -> None:
@@ -169,6 +202,7 @@ def main() -> None:
         bench_workspaces(tmp)
         bench_sandbox(tmp)
         bench_parser()
+        bench_call_overhead(tmp)
         bench_search(tmp)
         bench_expert(tmp)
         bench_concurrency(tmp)

@@ -137,6 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
     px.add_argument("--user", help="what the simulated user answers to ask_user (default: no user)")
     _add_lineage_and_data_remote(sub, dsub)
     _add_eval_and_report(sub)
+
+    p = sub.add_parser(
+        "agent",
+        help="run the agent on a real repository with the production harness",
+        description="Run one episode on a copy of REPO with every harness tool (sandboxed commands), "
+        "streaming each model turn and tool result, then print the diff of what the agent changed.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", type=Path, metavar="PATH", help="a local Hugging Face checkpoint folder")
+    src.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible chat endpoint, e.g. a vLLM server")
+    p.add_argument("--served-model", default="default", help="model name to ask the endpoint for")
+    p.add_argument("--repo", type=Path, required=True, metavar="DIR", help="the repository to work on (copied)")
+    p.add_argument("instruction", help="what the agent should do")
+    p.add_argument("--max-turns", type=int, default=30, help="default: %(default)s")
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="per turn (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     return parser
 
 
@@ -540,6 +556,35 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from harnessrl.agent import run_agent
+    from harnessrl.harness.episode import Budgets
+
+    if not args.repo.is_dir():
+        print(f"harnessrl: error: --repo {args.repo}: no such directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.model is not None:
+        from harnessrl.engines.policy import HFPolicy
+        from harnessrl.model.checkpoint import CheckpointError, load
+
+        try:
+            model, tok = load(args.model)
+        except CheckpointError as e:
+            print(f"harnessrl: error: --model {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        policy = HFPolicy(model, tok, args.temperature, args.max_new_tokens)
+    else:
+        from harnessrl.engines.openai_client import ChatEndpointPolicy
+
+        policy = ChatEndpointPolicy(args.endpoint, args.served_model, args.temperature, args.max_new_tokens)
+    budgets = Budgets(max_turns=args.max_turns, max_tokens=args.max_turns * args.max_new_tokens)
+    traj, diff = run_agent(policy, args.repo, args.instruction, budgets)
+    print(f"\n{traj.outcome.stop_reason}: {traj.outcome.final_answer or ''}")
+    print(f"turns {traj.counts.turns}, tool calls {traj.counts.tool_calls}, malformed {traj.counts.malformed_turns}")
+    print(diff or "(no changes)")
+    return 0
+
+
 COMMANDS = {
     "run": _cmd_run,
     "compile": _cmd_compile,
@@ -551,6 +596,7 @@ COMMANDS = {
     "lineage": _cmd_lineage,
     "eval": _cmd_eval,
     "report": _cmd_report,
+    "agent": _cmd_agent,
 }
 
 if __name__ == "__main__":

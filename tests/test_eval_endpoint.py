@@ -35,14 +35,15 @@ class _ChatHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         from harnessrl.engines.hf import generate
-        from harnessrl.model.tokenizer import EOS, IM_END, render_ids
+        from harnessrl.model.tokenizer import EOS, IM_END
 
         srv = self.server
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if body.get("model") != "tiny":
             return self._send(404, {"error": {"message": f"model {body.get('model')} not found"}})
         model, tok = srv.model, srv.tok
-        prompt = render_ids(tok, body["messages"], add_generation_prompt=True)[0]
+        # The model's own chat template, as vLLM renders it (the tiny template leaves the tool list out).
+        prompt = srv.render.prompt_ids(body["messages"], body.get("tools"))
         room = min(body["max_tokens"], model.config.max_position_embeddings - len(prompt))
         if room <= 0:
             return self._send(400, {"error": {"message": "This model's maximum context length is exceeded"}})
@@ -69,7 +70,10 @@ def server(tiny_base: dict[str, Path]):
     from harnessrl.model.checkpoint import load
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    from harnessrl.engines.policy import HFPolicy
+
     srv.model, srv.tok = load(tiny_base["base"])
+    srv.render = HFPolicy(srv.model, srv.tok, 0.0, 1)
     srv.lock, srv.requests = threading.Lock(), 0
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

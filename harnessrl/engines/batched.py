@@ -40,7 +40,7 @@ class LockstepBatcher:
 
         def one(i: int) -> None:
             try:
-                results[i] = episode(items[i], lambda m, tools, max_tokens: self._turn(i, m, max_tokens), i)
+                results[i] = episode(items[i], lambda m, tools, max_tokens: self._turn(i, m, tools, max_tokens), i)
             except BaseException as e:
                 errors.append(e)
             finally:
@@ -57,8 +57,10 @@ class LockstepBatcher:
             raise errors[0]
         return results
 
-    def _turn(self, i: int, messages: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
-        prompt = self.single.prompt_ids(messages)
+    def _turn(
+        self, i: int, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
+    ) -> AssistantTurn:
+        prompt = self.single.prompt_ids(messages, tools)
         room = min(self.single.max_new_tokens, max_tokens, self.single.context - len(prompt))
         with self._cv:
             self._pending[i] = (prompt, room)

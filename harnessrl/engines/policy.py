@@ -11,7 +11,7 @@ from typing import Any
 
 from harnessrl.engines.hf import generate
 from harnessrl.harness.episode import AssistantTurn
-from harnessrl.model.tokenizer import EOS, IM_END, render_ids
+from harnessrl.model.tokenizer import CHAT_TEMPLATE, EOS, IM_END, render_ids
 
 
 class HFPolicy:
@@ -22,13 +22,20 @@ class HFPolicy:
         self._stop = {tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)}
         self.context = model.config.max_position_embeddings
 
-    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        # The tiny model's system prompt names its tools; it was never trained on schemas, so the
-        # OpenAI tool list is not rendered for it.
-        return render_ids(self.tok, messages, add_generation_prompt=True)[0]
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        if self.tok.chat_template == CHAT_TEMPLATE:
+            # The tiny model's system prompt names its tools; it was never trained on schemas, so the
+            # OpenAI tool list is not rendered for it.
+            return render_ids(self.tok, messages, add_generation_prompt=True)[0]
+        # A real model reads the tools through its own chat template, as it was trained to.
+        return list(
+            self.tok.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
-        prompt = self.prompt_ids(messages)
+        prompt = self.prompt_ids(messages, tools)
         room = min(self.max_new_tokens, max_tokens, self.context - len(prompt))
         if room <= 0:  # the context is full: an empty turn, which the harness counts as malformed
             return AssistantTurn(text="", token_ids=[], logprobs=[])

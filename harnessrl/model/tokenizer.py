@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -47,7 +47,16 @@ CHAT_TEMPLATE = (
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Words, runs of whitespace and runs of punctuation are separate pieces, so an identifier gets
+    # the same ids wherever it stands ("value of MAX_N?" and "^MAX_N =" share MAX_N's ids). GPT-2's
+    # split glues a leading space to the word, which makes copying a name into a tool call a
+    # different-token mapping that a tiny model learns far more slowly.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\w+|\s+|[^\w\s]+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -1,0 +1,78 @@
+"""`harnessrl agent` runs the production harness on a copy of a real repository and shows a diff."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from harnessrl.agent import run_agent
+from harnessrl.cli import main
+from harnessrl.harness.episode import AssistantTurn, Budgets
+from harnessrl.harness.protocol import render_calls
+from tests.conftest import needs_bwrap
+
+
+def make_repo(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    return root
+
+
+class FixBug:
+    """A scripted policy: read the file and list the dir in parallel, fix it, then answer."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def __call__(self, messages, tools, max_tokens):  # type: ignore[no-untyped-def]
+        self.turn += 1
+        if self.turn == 1:
+            return AssistantTurn(
+                text=render_calls([("read_file", {"path": "pkg/calc.py"}), ("list_dir", {"path": "pkg"})])
+            )
+        if self.turn == 2:
+            edit = {"path": "pkg/calc.py", "old_str": "return a - b", "new_str": "return a + b"}
+            return AssistantTurn(text=render_calls([("edit_file", edit)]))
+        return AssistantTurn(text="Fixed add: it subtracted.")
+
+
+@needs_bwrap
+def test_agent_streams_turns_and_diffs_a_copy(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    out = io.StringIO()
+    traj, diff = run_agent(FixBug(), repo, "fix add", Budgets(max_turns=5), out=out, answer_user=False)
+    assert traj.outcome.stop_reason == "final" and traj.counts.parallel_turns == 1
+    assert "-    return a - b" in diff and "+    return a + b" in diff
+    assert (repo / "pkg" / "calc.py").read_text().endswith("return a - b\n")  # the real repo is untouched
+    shown = out.getvalue()
+    assert "● <tool_call>" in shown and "⤷ " in shown and "def add(a, b):" in shown
+    assert shown.rstrip().endswith("● Fixed add: it subtracted.")
+
+
+@needs_bwrap
+def test_agent_cli_with_a_local_checkpoint(tiny_base: dict, tmp_path: Path, capsys) -> None:
+    repo = make_repo(tmp_path / "repo")
+    rc = main(
+        [
+            "agent",
+            "--model",
+            str(tiny_base["base"]),
+            "--repo",
+            str(repo),
+            "--max-turns",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "what does add do?",
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "turns " in printed and ("(no changes)" in printed or "diff" in printed)
+
+
+def test_agent_cli_bad_input_is_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["agent", "--model", str(tmp_path), "--repo", str(tmp_path / "nope"), "x"]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["agent", "--model", str(tmp_path), "--repo", str(tmp_path), "x"]) == 2
+    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
