@@ -137,10 +137,30 @@ class LongHorizonConfig(RLConfig):
         return self
 
 
+# What an eval measures per suite (harnessrl/report/metrics.py computes them; a test keeps the two equal).
+EVAL_METRICS = (
+    "success",
+    "pass_at_k",
+    "turns",
+    "tool_calls",
+    "parallel_share",
+    "malformed",
+    "clarify_rate",
+    "tokens",
+    "wall_s",
+)
+
+
 class GateConfig(Strict):
-    metric: str
-    higher_is_better: bool = True
-    tolerance: float = Field(0.0, ge=0)
+    """Fail eval when a checkpoint is worse than its parent on `metric` by more than `tolerance`."""
+
+    metric: Literal[EVAL_METRICS] = Field(description="an eval metric, e.g. success or malformed")
+    higher_is_better: bool | None = Field(None, description="None: the metric's own direction")
+    tolerance: float = Field(0.0, ge=0, description="absolute slack, in the metric's units")
+    stages: list[Literal["cpt", "sft", "rl", "long_horizon"]] = Field(
+        [], description="the checkpoints (by stage) the gate judges against their parents; []: all"
+    )
+    suite: str | None = Field(None, description="one suite, or None: each suite on its own")
 
 
 class EvalConfig(Strict):

@@ -1,0 +1,174 @@
+"""report.md and report.html from report.json: the headline (did RL help?), one table per suite
+with 95% intervals, the gates, the plots. Every number names (md) or links to (html) the lineage id
+of the checkpoint it measures."""
+
+from __future__ import annotations
+
+import html
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+from harnessrl.report.metrics import METRICS
+
+COLUMNS = ["success", "pass_at_k", "malformed", "turns", "tool_calls", "parallel_share", "clarify_rate", "tokens",
+           "wall_s"]  # fmt: skip
+HEADERS = {"success": "pass@1", "pass_at_k": "pass@k", "malformed": "malformed", "turns": "turns",
+           "tool_calls": "tool calls", "parallel_share": "parallel", "clarify_rate": "clarify", "tokens": "tokens",
+           "wall_s": "wall s"}  # fmt: skip
+VERDICT_WORDS = {"better": "RL helped", "worse": "RL hurt", "no clear change": "no clear change from RL"}
+
+
+def _num(x: float, name: str) -> str:
+    return f"{x:.0f}" if name == "tokens" else f"{x:.2f}" if name in ("turns", "tool_calls", "wall_s") else f"{x:.3f}"
+
+
+def _cell(m: dict[str, Any] | None, name: str) -> str:
+    if m is None:
+        return "–"
+    return f"{_num(m['value'], name)} [{_num(m['lo'], name)}, {_num(m['hi'], name)}]"
+
+
+def _columns(report: dict[str, Any]) -> list[str]:
+    has_k = any("pass_at_k" in s for r in report["results"] for s in r["suites"].values())
+    return [c for c in COLUMNS if c != "pass_at_k" or has_k]
+
+
+def headline(report: dict[str, Any]) -> tuple[str, str]:
+    """(one sentence, verdict class) saying whether RL helped, from the paired success difference."""
+    e = report.get("rl_effect")
+    if len(report["results"]) == 1:  # one checkpoint or endpoint: its success is the headline
+        r = report["results"][0]
+        m = r["all"]["success"]
+        return (
+            f"{r['stage']} {r['checkpoint'][:12]}: success {m['value']:.3f} [95% CI {m['lo']:.3f}, {m['hi']:.3f}] "
+            f"over {r['all']['episodes']} episodes.",
+            "none",
+        )
+    if not e:
+        return "No RL checkpoint in this chain: nothing to say about RL.", "none"
+    d = e["success_diff"]
+    by_stage = {r["stage"]: r for r in report["results"]}
+    a, b = by_stage[e["from"]], by_stage[e["to"]]
+    text = (
+        f"{VERDICT_WORDS[e['verdict']] if e['verdict'] in VERDICT_WORDS else e['verdict']}: success "
+        f"{a['success']:.3f} ({e['from']} {a['checkpoint'][:12]}) → {b['success']:.3f} ({e['to']} "
+        f"{b['checkpoint'][:12]}), paired difference {d['value']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}] "
+        f"over {d['pairs']} episodes."
+    )
+    return text, e["verdict"]
+
+
+def _setup(report: dict[str, Any]) -> str:
+    return (
+        f"suites {', '.join(report['suites'])} · seeds {report['seeds']} · temperature {report['temperature']} · "
+        f"up to {report['num_tasks']} tasks per suite · max {report['max_turns']} turns · data {report['data']}"
+    )
+
+
+def _vs_parent(report: dict[str, Any], stage: str) -> str:
+    results = report["results"]
+    for c, (parent, child) in zip(report["comparisons"], itertools.pairwise(results), strict=True):
+        if c["stage"] == stage:
+            d = c["success_diff"]
+            # An RL stage that made no update keeps its parent's weights id: say so, it is not a typo.
+            same = "; same weights as parent" if child["checkpoint"] == parent["checkpoint"] else ""
+            return f"{d['value']:+.3f} ({c['verdict']}{same})"
+    return ""
+
+
+def markdown(report: dict[str, Any]) -> str:
+    text, _ = headline(report)
+    cols = _columns(report)
+    lines = ["# Eval report", "", f"**{text}**", "", _setup(report), ""]
+    for suite in report["suites"]:
+        n = report["results"][0]["suites"][suite]
+        lines += [f"## {suite} ({n['tasks']} tasks, {n['episodes']} episodes per checkpoint)", ""]
+        lines += ["| checkpoint | lineage id | " + " | ".join(HEADERS[c] for c in cols) + " | success vs parent |"]
+        lines += ["|" + "---|" * (len(cols) + 3)]
+        for r in report["results"]:
+            cells = [_cell(r["suites"][suite].get(c), c) for c in cols]
+            lines.append(
+                f"| {r['stage']} | `{r['checkpoint'][:12]}` | "
+                + " | ".join(cells)
+                + f" | {_vs_parent(report, r['stage'])} |"
+            )
+        lines.append("")
+    lines += ["Values are point estimates with 95% intervals: Wilson for rates of episodes, a seeded bootstrap over "
+              "episodes for means and per-turn shares; pass@k is the unbiased estimator over the seeds.", ""]  # fmt: skip
+    if report["gates"]:
+        lines += ["## Gates", ""] + [f"- {'✓' if g['ok'] else '✗'} {g['message']}" for g in report["gates"]] + [""]
+    lines += ["## Plots", "", "![success by stage](success_by_stage.png)", "", "![RL training](rl_training.png)", "",
+              "![turns](turns_distribution.png)", "", "## Metrics", ""]  # fmt: skip
+    lines += [f"- **{HEADERS[k]}** (`{k}`): {desc}" for k, (desc, _, _) in METRICS.items()]
+    lines += ["", "Lineage ids are the checkpoints' weights ids (`harnessrl lineage show` prints them)."]
+    for r in report["results"]:
+        lines.append(f"- {r['stage']}: `{r['checkpoint']}` manifest `{r.get('manifest_hash') or '-'}` at {r['path']}")
+    return "\n".join(lines) + "\n"
+
+
+CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+td:first-child,td:nth-child(2),th{text-align:left}a{color:inherit;text-decoration:none;border-bottom:1px dotted #888}
+.headline{padding:12px 16px;border-radius:6px;font-size:16px;font-weight:600}
+.better{background:#e8f5e9;border:1px solid #43a047}.worse{background:#ffebee;border:1px solid #e53935}
+.none,.no{background:#f5f5f5;border:1px solid #9e9e9e}.fail{color:#c62828}.pass{color:#2e7d32}
+.ci{color:#777;font-size:12px}img{max-width:100%;border:1px solid #eee;margin:8px 0}code{font-size:12px}"""
+
+
+def _link(out: Path, r: dict[str, Any]) -> str:
+    """Relative link from the report to the checkpoint's manifest (absolute when not under one root)."""
+    if "://" in r["path"]:  # a served model: link to its endpoint
+        return r["path"]
+    manifest = Path(r["path"]) / "manifest.json"
+    try:
+        return os.path.relpath(manifest, out)
+    except ValueError:
+        return manifest.as_uri() if manifest.is_absolute() else str(manifest)
+
+
+def html_page(report: dict[str, Any], out: Path) -> str:
+    text, verdict = headline(report)
+    cols = _columns(report)
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Eval report</title><style>{CSS}</style>"
+             "</head><body><h1>Eval report</h1>",
+             f"<p class='headline {e(verdict.split()[0])}'>{e(text)}</p><p>{e(_setup(report))}</p>"]  # fmt: skip
+    for suite in report["suites"]:
+        n = report["results"][0]["suites"][suite]
+        parts.append(
+            f"<h2>{e(suite)} <span class='ci'>{n['tasks']} tasks, {n['episodes']} episodes per checkpoint</span></h2>"
+        )
+        parts.append("<table><tr><th>checkpoint</th><th>lineage id</th>" + "".join(
+            f"<th title='{e(METRICS[c][0])}'>{e(HEADERS[c])}</th>" for c in cols) + "<th>success vs parent</th></tr>")  # fmt: skip
+        for r in report["results"]:
+            href, title = e(_link(out, r)), e(f"{r['stage']} checkpoint {r['checkpoint']}")
+            row = [
+                f"<td>{e(r['stage'])}</td><td><a href='{href}' title='{title}'><code>{e(r['checkpoint'][:12])}</code></a></td>"
+            ]
+            for c in cols:
+                m = r["suites"][suite].get(c)
+                if m is None:
+                    row.append("<td>–</td>")
+                    continue
+                ci = f"[{_num(m['lo'], c)}, {_num(m['hi'], c)}]"
+                row.append(
+                    f"<td><a href='{href}' title='{title}'>{_num(m['value'], c)}</a> <span class='ci'>{ci}</span></td>"
+                )
+            row.append(f"<td>{e(_vs_parent(report, r['stage']))}</td>")
+            parts.append("<tr>" + "".join(row) + "</tr>")
+        parts.append("</table>")
+    parts.append("<p class='ci'>95% intervals: Wilson for rates of episodes; seeded bootstrap over episodes for means "
+                 "and per-turn shares. Hover a number for its checkpoint; click for its lineage manifest.</p>")  # fmt: skip
+    if report["gates"]:
+        parts.append("<h2>Gates</h2><ul>" + "".join(
+            f"<li class='{'pass' if g['ok'] else 'fail'}'>{'✓' if g['ok'] else '✗'} {e(g['message'])}</li>"
+            for g in report["gates"]) + "</ul>")  # fmt: skip
+    parts.append("<h2>Plots</h2>")
+    for name, alt in (("success_by_stage.png", "success by stage"), ("rl_training.png", "RL training"),
+                      ("turns_distribution.png", "turns per episode")):  # fmt: skip
+        parts.append(f"<div><img src='{name}' alt='{alt}'></div>")
+    parts.append("<h2>Metrics</h2><ul>" + "".join(
+        f"<li><b>{e(HEADERS[k])}</b>: {e(d)}</li>" for k, (d, _, _) in METRICS.items()) + "</ul></body></html>")  # fmt: skip
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,67 @@
+"""The report folder: report.json, report.md, report.html with its plots, every number tied to its
+checkpoint's lineage id; `harnessrl report RUN_DIR` redraws it from the run's eval checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from harnessrl.config import EvalConfig
+from harnessrl.report.build import build_report, checkpoint_result
+from harnessrl.report.render import headline
+from harnessrl.report.write import write_report
+from tests.conftest import run_cli
+
+CFG = EvalConfig(suites=["lookup", "edit"], seeds=[0, 1], num_tasks=10, max_new_tokens=8, temperature=0.7)
+SOLVED = {"sft": 2, "rl": 9}  # of 10 tasks per suite and seed: RL clearly helped
+
+
+def _report(root: Path) -> tuple[dict, list[dict]]:
+    results, episodes = [], []
+    for stage, solved in SOLVED.items():
+        ckpt = root / "checkpoints" / stage
+        ckpt.mkdir(parents=True)
+        (ckpt / "manifest.json").write_text("{}")
+        rows = [{"stage": stage, "checkpoint": f"{stage}-id-0123456789abcdef", "suite": suite, "task_id": f"{suite}{i}",
+                 "seed": seed, "success": i < solved, "turns": 1 + i % 4, "tool_calls": 2, "parallel_turns": i % 2,
+                 "malformed_turns": int(stage == "sft"), "asked": False, "tokens": 30, "wall_s": 0.2}
+                for suite in CFG.suites for seed in CFG.seeds for i in range(10)]  # fmt: skip
+        results.append(checkpoint_result(stage, rows[0]["checkpoint"], "seal", str(ckpt), rows, CFG))
+        episodes += rows
+    training = [{"stage": "rl", "global_step": i + 1, "reward": 0.1 * i, "malformed": 0.3 - 0.1 * i} for i in range(3)]
+    return build_report(CFG, "data", results, episodes, training, []), episodes
+
+
+def test_report_files_are_complete_and_every_number_names_its_checkpoint(tmp_path: Path) -> None:
+    report, episodes = _report(tmp_path)
+    out = write_report(tmp_path / "out", report, episodes)
+    assert report["rl_effect"]["verdict"] == "better"
+    assert headline(report)[0].startswith("RL helped: success 0.200 (sft sft-id-01234) → 0.900 (rl rl-id-012345")
+    page = (out / "report.html").read_text()
+    for img in re.findall(r"<img src='([^']+)'", page):
+        assert (out / img).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(re.findall(r"<img ", page)) == 3
+    # Each value cell links to its checkpoint's manifest and names its id.
+    rel = os.path.relpath(tmp_path / "checkpoints" / "rl" / "manifest.json", out.resolve())
+    cells = re.findall(rf"<a href='{re.escape(rel)}' title='rl checkpoint rl-id-0123456789abcdef'>([0-9.]+)</a>", page)
+    assert cells[:3] == ["0.900", "0.900", "0.000"]  # pass@1, pass@k (the same 9 of 10 under both seeds), malformed
+    assert "class='headline better'" in page and "<h2>edit" in page
+    md = (out / "report.md").read_text()
+    assert "| rl | `rl-id-012345` | 0.900 [" in md and "pass@k" in md
+    assert json.loads((out / "report.json").read_text()) == json.loads(json.dumps(report))
+
+
+def test_harnessrl_report_regenerates_from_a_run_dir(tmp_path: Path) -> None:
+    report, episodes = _report(tmp_path)
+    eval_ckpt = tmp_path / "kfp" / "eval"
+    write_report(eval_ckpt, report, episodes)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    os.symlink(eval_ckpt, run / "checkpoints" / "eval")
+    assert run_cli("report", str(run)) == 0
+    for name in ("report.json", "report.md", "report.html", "episodes.jsonl"):
+        assert (run / "report" / name).read_text() == (eval_ckpt / name).read_text() or name == "report.html"
+    assert (run / "report" / "rl_training.png").stat().st_size > 10_000
