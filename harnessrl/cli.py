@@ -8,6 +8,7 @@ A bad override exits 2 with one line naming the field, before anything is writte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -147,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", type=Path, metavar="PATH", help="a local Hugging Face checkpoint folder")
     src.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible chat endpoint, e.g. a vLLM server")
-    p.add_argument("--served-model", default="default", help="model name to ask the endpoint for")
+    p.add_argument("--served-model", help="model name to ask the endpoint for (default: the first it lists)")
     p.add_argument("--repo", type=Path, required=True, metavar="DIR", help="the repository to work on (copied)")
     p.add_argument("instruction", help="what the agent should do")
     p.add_argument("--max-turns", type=int, default=30, help="default: %(default)s")
@@ -442,10 +443,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rows = run_local(cfg, run_dir, pipeline_root, data_root, overrides)
     except RuntimeError as e:  # kfp.local raises when a task fails; its log is above
         print(f"harnessrl: run failed: {e}\n  logs: {run_dir / 'kfp.log'}", file=sys.stderr)
+        _report_after_failure(run_dir)
         return 1
     print_summary(rows, time.time() - t0)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _report_after_failure(run_dir: Path) -> None:
+    """A run stopped by an eval gate still gets its report (kept in the eval stage's state)."""
+    from harnessrl.report.write import regenerate
+
+    with contextlib.suppress(FileNotFoundError, ValueError):  # the run failed before eval wrote anything
+        print(f"  report: {regenerate(run_dir) / 'report.html'}", file=sys.stderr)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -574,9 +584,10 @@ def _cmd_agent(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         policy = HFPolicy(model, tok, args.temperature, args.max_new_tokens)
     else:
-        from harnessrl.engines.openai_client import ChatEndpointPolicy
+        from harnessrl.engines.openai_client import ChatEndpointPolicy, served_model
 
-        policy = ChatEndpointPolicy(args.endpoint, args.served_model, args.temperature, args.max_new_tokens)
+        name = args.served_model or served_model(args.endpoint)
+        policy = ChatEndpointPolicy(args.endpoint, name, args.temperature, args.max_new_tokens)
     budgets = Budgets(max_turns=args.max_turns, max_tokens=args.max_turns * args.max_new_tokens)
     traj, diff = run_agent(policy, args.repo, args.instruction, budgets)
     print(f"\n{traj.outcome.stop_reason}: {traj.outcome.final_answer or ''}")

@@ -180,6 +180,10 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
             link.unlink()
         os.symlink(path, link)
     write_json(run_dir / "summary.json", {"recipe": cfg.name, "seconds": round(time.time() - t0, 2), "stages": rows})
+    if (run_dir / "checkpoints" / "eval").exists():
+        from harnessrl.report.write import regenerate
+
+        print(f"report: {regenerate(run_dir) / 'report.html'}", flush=True)
     return rows
 
 
