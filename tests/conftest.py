@@ -19,6 +19,8 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 SMOKE = ["recipe=tiny_smoke"]
+# The GPU recipe's own data is thousands of repos; compiling needs only its md5, so tests build a small one.
+SMALL_DATA = ["data.num_repos=4", "data.num_sft=8", "data.num_prompts=8", "data.num_heldout=4"]
 
 
 def run_cli(*args: str) -> int:

@@ -10,6 +10,7 @@ import yaml
 
 from harnessrl.cli import main
 from harnessrl.config import compose
+from tests.conftest import SMALL_DATA
 
 
 def compile_ir(tmp_path: Path, *overrides: str) -> tuple[dict, dict]:
@@ -52,8 +53,8 @@ def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path) -
 
 
 def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> None:
-    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b")
-    cfg = compose(["recipe=qwen_coder_7b"])
+    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b", *SMALL_DATA)
+    cfg = compose(["recipe=qwen_coder_7b", *SMALL_DATA])
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     cpt = k8s["exec-cpt"]
     want = cfg.infra.for_stage("cpt")
@@ -88,4 +89,4 @@ def test_accelerator_count_without_type_is_rejected(override: str) -> None:
     from harnessrl.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"infra\.resources\.cpt"):
-        compose(["recipe=qwen_coder_7b", override, "infra.resources.cpt.accelerator_type=null"])
+        compose(["recipe=qwen_coder_7b", *SMALL_DATA, override, "infra.resources.cpt.accelerator_type=null"])

@@ -16,6 +16,7 @@ from typing import ClassVar
 import pytest
 
 from harnessrl.cli import main
+from tests.conftest import SMALL_DATA
 
 
 class FakeKfpApi(BaseHTTPRequestHandler):
@@ -72,6 +73,7 @@ def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: s
             "--experiment",
             "nightly",
             "recipe=qwen_coder_7b",
+            *SMALL_DATA,
             f"data.dir={tmp_path / 'data'}",
             "-o",
             str(out),
