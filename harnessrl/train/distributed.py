@@ -27,7 +27,8 @@ def setup() -> tuple[int, int]:
     import deepspeed
 
     if not torch.distributed.is_initialized():
-        if "RANK" not in os.environ:  # a plain single process, not started by torchrun
+        single = "MASTER_PORT" not in os.environ  # a plain process, not started by torchrun or a launcher
+        if single:
             os.environ.update(
                 RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
             )
@@ -35,6 +36,10 @@ def setup() -> tuple[int, int]:
         if not on_gpu:
             importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
         deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+        if single:
+            # The rendezvous is done. Child processes must not inherit this port: a stage started
+            # from here would try to listen on it again.
+            del os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
 
 
