@@ -96,6 +96,19 @@ def test_remove_workspace_handles_locked_dirs(tmp_path):
 
 
 @needs_bwrap
+def test_output_is_read_when_fd_numbers_pass_1024(workspace):
+    """Hundreds of concurrent episodes push pipe fds past select()'s limit; output must still arrive."""
+    _, ws = workspace
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        r = sandbox(ws).run("cat pkg/mod.py")
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert r.exit_code == 0 and r.output.split() == ["VALUE", "=", "1"]
+
+
+@needs_bwrap
 def test_runs_in_workspace_with_python(workspace):
     _, ws = workspace
     r = sandbox(ws).run("pwd; cat pkg/mod.py; python -c 'import sys; print(sys.version_info[0])'; exit 3")

@@ -321,35 +321,50 @@ def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[byt
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
+    # poll, not select: with hundreds of concurrent episodes the pipe's fd number passes 1024,
+    # which select cannot watch.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     half = max(cap // 2, 1)
     head = bytearray()
     tail = bytearray()
     dropped = 0
+
+    def take(chunk: bytes) -> None:
+        nonlocal dropped
+        if len(head) < half:
+            n = half - len(head)
+            head.extend(chunk[:n])
+            chunk = chunk[n:]
+        tail.extend(chunk)
+        if len(tail) > half:
+            dropped += len(tail) - half
+            del tail[: len(tail) - half]
+
+    def drain() -> bool:
+        """Read what is there now; True at EOF."""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                return True
+            take(chunk)
+
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return bytes(head), bytes(tail), dropped, True
-        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-        if not ready:
-            # bwrap exits with the command and its pid namespace takes every child with it; in the
-            # fallback a background child may still hold the pipe, so stop once the shell is gone.
-            if proc.poll() is not None:
+        if poller.poll(min(left, 0.5) * 1000):
+            if drain():
                 break
-            continue
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            continue
-        if not chunk:
+        elif proc.poll() is not None:
+            # bwrap exits with the command and its pid namespace takes every child with it; in the
+            # fallback a background child may still hold the pipe, so stop once the shell is gone,
+            # after reading what it wrote between the last poll and its exit.
+            drain()
             break
-        if len(head) < half:
-            take = half - len(head)
-            head += chunk[:take]
-            chunk = chunk[take:]
-        tail += chunk
-        if len(tail) > half:
-            dropped += len(tail) - half
-            del tail[: len(tail) - half]
     try:
         proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
