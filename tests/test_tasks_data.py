@@ -8,7 +8,6 @@ from harnessrl.data.build import build, corpus_files, read_jsonl
 from harnessrl.data.md5 import dvc_dir_md5
 from harnessrl.harness import sandbox as sb
 from harnessrl.harness.episode import AssistantTurn
-from harnessrl.rewards.lookup_call import score
 from harnessrl.tasks import Expert, Task, run_task
 
 CFG = DataConfig(name="t", dir="data", seed=5, num_repos=4, files_per_repo=3, num_sft=24, num_prompts=8, num_heldout=4)
@@ -59,9 +58,6 @@ def test_prompt_rows_run_as_episodes(data):
         task = Task.model_validate(row["task"])
         traj = run_task(task, data, Expert(task))
         assert traj.outcome.success is True
-        first = traj.turns[0].text
-        if task.solution.kind == "value":  # the first-turn scorer the stages use today agrees
-            assert score(first, row, data / "repos")["success"] == 1.0
         assert run_task(task, data, give_up).outcome.success is False
 
 
