@@ -11,10 +11,11 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.harness.episode import Budgets
     from harnessrl.model.checkpoint import load, save
-    from harnessrl.rl.loop import train_rl
+    from harnessrl.rl.loop import check_supported, train_rl
     from harnessrl.tasks import Task
 
     cfg = config_cls.model_validate(ctx.cfg["stage"])
+    check_supported(cfg, ctx.cfg["engine"]["kind"], tag)
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
     budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)

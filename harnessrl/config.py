@@ -116,7 +116,7 @@ class RLConfig(Strict):
     clip_high: float = Field(0.28, gt=0, description="DAPO clip-higher; = clip_low for plain PPO clipping")
     kl_coef: float = Field(0.0, ge=0)
     max_staleness: int = Field(1, ge=0, description="max policy versions between rollout and update")
-    mode: Literal["async", "sync"] = "async"
+    mode: Literal["async", "sync"] = "sync"
     rollout_workers: int = Field(1, gt=0)
     env_workers: int = Field(1, gt=0)
     trainer_world_size: int = Field(1, gt=0)

@@ -118,3 +118,15 @@ def test_stage_slices_keep_other_stages_config_out() -> None:
     for stage in ("base", "cpt", "sft", "long_horizon", "eval"):
         assert a.stage_slice(stage) == b.stage_slice(stage)
     assert a.stage_slice("rl") != b.stage_slice("rl")
+
+
+def test_rl_refuses_settings_it_does_not_implement_yet() -> None:
+    from harnessrl.rl.loop import check_supported
+
+    cfg = compose([]).stages.rl
+    check_supported(cfg, "hf", "rl")  # the default recipe runs as configured
+    for update, field in (({"mode": "async"}, "stages.rl.mode"), ({"kl_coef": 0.1}, "stages.rl.kl_coef")):
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            check_supported(cfg.model_copy(update=update), "hf", "rl")
+    with pytest.raises(ValueError, match=r"engine\.kind"):
+        check_supported(cfg, "vllm", "rl")

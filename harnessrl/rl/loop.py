@@ -56,6 +56,19 @@ def clipped_pg_loss(
     return -torch.min(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv).sum()
 
 
+def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
+    """Refuse settings this loop does not implement yet, naming the field, rather than ignore them.
+    (Silently ignored staleness and IS settings are a known complaint about other RL frameworks.)"""
+    unsupported = {
+        f"stages.{stage}.mode": cfg.mode != "sync" and "only 'sync' is implemented; async RL on Ray is pending",
+        f"stages.{stage}.kl_coef": cfg.kl_coef > 0 and "a KL penalty to a reference model is not implemented yet",
+        "engine.kind": engine_kind != "hf" and f"only the 'hf' engine drives RL so far (got {engine_kind!r})",
+    }
+    for field, problem in unsupported.items():
+        if problem:
+            raise ValueError(f"{field}: {problem}")
+
+
 def train_rl(
     model: nn.Module,
     tok,
