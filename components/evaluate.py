@@ -14,7 +14,7 @@ from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
-    from harnessrl.report.build import build_report, checkpoint_result, training_rows
+    from harnessrl.report.build import build_report, checkpoint_result, incident_rows, training_rows
     from harnessrl.report.episodes import checkpoint_rows
     from harnessrl.report.gates import GateFailed, check_gates, failure_message
     from harnessrl.report.heldout import load_heldout
@@ -39,8 +39,9 @@ def work(ctx: StageContext) -> dict:
             flush=True,
         )
     verdicts = check_gates(results, cfg.gates)
-    training = training_rows([(m["stage"], str(p)) for p, m in lineage])
-    report = build_report(cfg, str(ctx.data_dir), results, episodes, training, verdicts)
+    chain_paths = [(m["stage"], str(p)) for p, m in lineage]
+    training = training_rows(chain_paths)
+    report = build_report(cfg, str(ctx.data_dir), results, episodes, training, verdicts, incident_rows(chain_paths))
     write_report(ctx.out, report, episodes)
     for v in verdicts:
         print(f"[eval] gate {'ok  ' if v['ok'] else 'FAIL'} {v['message']}", flush=True)

@@ -17,6 +17,8 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     check_supported(cfg, ctx.cfg["engine"]["kind"], tag)
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
+    # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.
+    reference = load(ctx.parent, ctx.cfg["model"]["dtype"])[0].eval() if cfg.kl_coef > 0 else None
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
     budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
     last = train_rl(
@@ -26,10 +28,12 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
         ctx.data_dir,
         cfg,
         RewardConfig.model_validate(ctx.cfg["reward"]),
-        ctx.out / "metrics.jsonl",
+        ctx.out,
         tag,
         ctx.cfg["seed"],
         budgets,
+        state_dir=ctx.state_dir,
+        reference=reference,
     )
     save(model, tok, ctx.out)
     return {

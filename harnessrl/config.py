@@ -100,6 +100,28 @@ class TrainConfig(Strict):
     checkpoint_every: int = Field(0, ge=0, description="save a resumable state every N steps; 0: never")
 
 
+class MonitorConfig(Strict):
+    """Reward-hacking alarms (harnessrl/rewards/monitors.py): thresholds on per-step rates; None disables one."""
+
+    malformed_max: float | None = Field(0.5, ge=0, le=1, description="share of a step's turns that were malformed")
+    clarify_max: float | None = Field(
+        0.3, ge=0, description="clarifying questions beyond what the task needs, per episode"
+    )
+    edit_max: float | None = Field(None, ge=0, description="edit_file/write_file calls per episode")
+    test_tamper_max: float | None = Field(
+        0.0, ge=0, le=1, description="share of episodes that edited, wrote, moved or removed a test file"
+    )
+    unsupported_answer_max: float | None = Field(
+        0.5, ge=0, le=1, description="share of answered episodes whose answer appears in no tool output"
+    )
+    drift_max: float | None = Field(
+        1.0, ge=0, description="largest move of a reward component's step mean from its mean over the first steps"
+    )
+    drift_window: int = Field(3, ge=1, description="how many first steps make the drift baseline")
+    warmup_steps: int = Field(0, ge=0, description="no alarms at steps below this")
+    stop_on_alarm: bool = Field(False, description="an alarm stops the run (HackAlarm)")
+
+
 class RLConfig(Strict):
     """Policy-gradient RL in the harness (GRPO family)."""
 
@@ -114,13 +136,22 @@ class RLConfig(Strict):
     grad_clip: float = Field(1.0, gt=0)
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0, description="DAPO clip-higher; = clip_low for plain PPO clipping")
-    kl_coef: float = Field(0.0, ge=0)
+    normalization: Literal["grpo", "dr_grpo"] = Field(
+        "grpo", description="grpo: advantages / group std, loss mean over tokens; dr_grpo: neither"
+    )
+    tis_cap: float | None = Field(
+        2.0, gt=0, description="truncation of the trainer/engine importance weight; None: no IS correction"
+    )
+    minibatches: int = Field(1, gt=0, description="optimizer steps per RL step, over a split of its samples")
+    kl_coef: float = Field(0.0, ge=0, description="weight of a k3 KL penalty to the frozen parent checkpoint")
     max_staleness: int = Field(1, ge=0, description="max policy versions between rollout and update")
     mode: Literal["async", "sync"] = "sync"
     rollout_workers: int = Field(1, gt=0)
     env_workers: int = Field(1, gt=0)
     trainer_world_size: int = Field(1, gt=0)
-    checkpoint_every: int = Field(10, gt=0)
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
+    checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
+    monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
 
 
 class LongHorizonConfig(RLConfig):

@@ -65,3 +65,22 @@ def test_harnessrl_report_regenerates_from_a_run_dir(tmp_path: Path) -> None:
     for name in ("report.json", "report.md", "report.html", "episodes.jsonl"):
         assert (run / "report" / name).read_text() == (eval_ckpt / name).read_text() or name == "report.html"
     assert (run / "report" / "rl_training.png").stat().st_size > 10_000
+
+
+def test_the_report_lists_the_rl_stages_reward_hacking_incidents(tmp_path: Path) -> None:
+    from harnessrl.report.build import incident_rows
+
+    report, episodes = _report(tmp_path)
+    rl = tmp_path / "checkpoints" / "rl"
+    alarm = {"monitor": "malformed", "value": 0.6, "threshold": 0.5, "examples": ["lookup/r1/x"], "time": 0.0}
+    (rl / "incidents.jsonl").write_text(
+        "".join(json.dumps(alarm | {"step": s, "message": f"step {s}: hack monitor malformed"}) + "\n" for s in (2, 5))
+    )
+    report["incidents"] = incident_rows([("sft", str(tmp_path / "checkpoints" / "sft")), ("rl", str(rl))])
+    assert [(i["stage"], i["step"]) for i in report["incidents"]] == [("rl", 2), ("rl", 5)]
+    out = write_report(tmp_path / "out", report, episodes)
+    assert "| rl | malformed | 2 | 2–5 | step 2: hack monitor malformed |" in (out / "report.md").read_text()
+    assert "<td>malformed</td><td>2</td><td>2–5</td>" in (out / "report.html").read_text()
+    report["incidents"] = []
+    quiet = write_report(tmp_path / "quiet", report, episodes)
+    assert "No monitor fired." in (quiet / "report.md").read_text()

@@ -2,7 +2,7 @@
 
     {"suites", "seeds", "temperature", ..., "results": [one per checkpoint, base first],
      "comparisons": [each checkpoint against its parent], "rl_effect": {...} | None,
-     "training": [RL metrics.jsonl rows], "gates": [verdicts]}
+     "training": [RL metrics.jsonl rows], "gates": [verdicts], "incidents": [reward-hacking alarms]}
 
 Each result names its checkpoint by lineage id (`checkpoint`: the weights id that `harnessrl lineage
 show` prints; `manifest_hash`: the seal that is its store key) and path, so every number can be
@@ -89,8 +89,26 @@ def training_rows(chain_paths: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return out
 
 
+def incident_rows(chain_paths: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The reward-hacking incidents the RL stages of the chain recorded, in chain order."""
+    from harnessrl.rewards.monitors import read_incidents
+
+    return [
+        {"stage": stage} | inc
+        for stage, path in chain_paths
+        if stage in RL_STAGES
+        for inc in read_incidents(Path(path) / "incidents.jsonl")
+    ]
+
+
 def build_report(
-    cfg: EvalConfig, data_dir: str, results: list[dict], episodes: list[dict], training: list[dict], gates: list[dict]
+    cfg: EvalConfig,
+    data_dir: str,
+    results: list[dict],
+    episodes: list[dict],
+    training: list[dict],
+    gates: list[dict],
+    incidents: list[dict] | None = None,
 ) -> dict[str, Any]:
     return {
         "schema": 2,
@@ -106,4 +124,5 @@ def build_report(
         "rl_effect": rl_effect(results, episodes),
         "training": training,
         "gates": gates,
+        "incidents": incidents or [],
     }

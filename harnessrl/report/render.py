@@ -78,6 +78,24 @@ def _vs_parent(report: dict[str, Any], stage: str) -> str:
     return ""
 
 
+def incident_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (stage, monitor): how often it fired, over which steps, and its first message."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for inc in report.get("incidents", []):
+        groups.setdefault((inc["stage"], inc["monitor"]), []).append(inc)
+    return [
+        {
+            "stage": stage,
+            "monitor": monitor,
+            "count": len(incs),
+            "first_step": incs[0]["step"],
+            "last_step": incs[-1]["step"],
+            "message": incs[0]["message"],
+        }
+        for (stage, monitor), incs in groups.items()
+    ]
+
+
 def markdown(report: dict[str, Any]) -> str:
     text, _ = headline(report)
     cols = _columns(report)
@@ -99,6 +117,14 @@ def markdown(report: dict[str, Any]) -> str:
               "episodes for means and per-turn shares; pass@k is the unbiased estimator over the seeds.", ""]  # fmt: skip
     if report["gates"]:
         lines += ["## Gates", ""] + [f"- {'✓' if g['ok'] else '✗'} {g['message']}" for g in report["gates"]] + [""]
+    summary = incident_summary(report)
+    lines += ["## Reward-hacking incidents", ""]
+    if not summary:
+        lines += ["No monitor fired.", ""]
+    else:
+        lines += ["| stage | monitor | alarms | steps | first |", "|---|---|---|---|---|"]
+        lines += [f"| {r['stage']} | {r['monitor']} | {r['count']} | {r['first_step']}–{r['last_step']} | "
+                  f"{r['message']} |" for r in summary] + [""]  # fmt: skip
     lines += ["## Plots", "", "![success by stage](success_by_stage.png)", "", "![RL training](rl_training.png)", "",
               "![turns](turns_distribution.png)", "", "## Metrics", ""]  # fmt: skip
     lines += [f"- **{HEADERS[k]}** (`{k}`): {desc}" for k, (desc, _, _) in METRICS.items()]
@@ -165,6 +191,14 @@ def html_page(report: dict[str, Any], out: Path) -> str:
         parts.append("<h2>Gates</h2><ul>" + "".join(
             f"<li class='{'pass' if g['ok'] else 'fail'}'>{'✓' if g['ok'] else '✗'} {e(g['message'])}</li>"
             for g in report["gates"]) + "</ul>")  # fmt: skip
+    summary = incident_summary(report)
+    parts.append("<h2>Reward-hacking incidents</h2>")
+    if not summary:
+        parts.append("<p>No monitor fired.</p>")
+    else:
+        parts.append("<table><tr><th>stage</th><th>monitor</th><th>alarms</th><th>steps</th><th>first</th></tr>" + "".join(
+            f"<tr class='fail'><td>{e(r['stage'])}</td><td>{e(r['monitor'])}</td><td>{r['count']}</td>"
+            f"<td>{r['first_step']}–{r['last_step']}</td><td>{e(r['message'])}</td></tr>" for r in summary) + "</table>")  # fmt: skip
     parts.append("<h2>Plots</h2>")
     for name, alt in (("success_by_stage.png", "success by stage"), ("rl_training.png", "RL training"),
                       ("turns_distribution.png", "turns per episode")):  # fmt: skip

@@ -1,59 +1,36 @@
-"""Synchronous group-relative policy gradients over whole harness episodes.
+"""Group-relative policy gradients over whole harness episodes, on the DeepSpeed engine.
 
 Each step: pick tasks, run `group_size` sandboxed episodes of each with the current policy, score
-every trajectory with the shaped reward, turn rewards into group-relative advantages, and take one
-clipped policy-gradient step on exactly the token ids the policy generated, against the behaviour
-logprobs it sampled them with. The async, Ray-based loop of the RL issue reuses these pieces.
+every trajectory with the shaped reward, turn rewards into group-relative advantages, and take
+`minibatches` clipped, importance-corrected policy-gradient updates on exactly the token ids the
+policy generated (harnessrl/rl/objective.py). The hack monitors read every step; an alarm writes an
+incident and, by config, stops the run. Every `checkpoint_every` steps the whole state (weights,
+optimizer, task sampler) is saved, so a killed run resumes losing at most the steps since.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from harnessrl.config import RewardConfig, RLConfig
+from harnessrl.config import RewardConfig, RLConfig, TrainConfig
 from harnessrl.engines.batched import LockstepBatcher
 from harnessrl.engines.policy import HFPolicy
 from harnessrl.harness.episode import Budgets, Trajectory
-from harnessrl.metrics import MetricsWriter
+from harnessrl.metrics import MetricsWriter, read_metrics
+from harnessrl.rewards.monitors import HackAlarm, HackMonitor
 from harnessrl.rewards.shaped import reward_components, total
+from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
 from harnessrl.tasks import Task, run_task
 from harnessrl.tasks.run import BASE_UID
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(r - mean of its group) / (std of its group + eps), for rewards laid out group by group."""
-    g = rewards.view(-1, group_size)
-    return ((g - g.mean(dim=1, keepdim=True)) / (g.std(dim=1, keepdim=True) + 1e-4)).view(-1)
-
-
-def sequence_logprobs(model: nn.Module, prompt: list[int], completion: list[int]) -> torch.Tensor:
-    """Per-token log-probabilities of `completion` given `prompt` under `model`."""
-    ids = torch.tensor([prompt + completion])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)
-
-
-def turn_samples(traj: Trajectory, policy: HFPolicy) -> list[tuple[list[int], list[int], list[float]]]:
-    """(prompt ids as the policy saw them, generated ids, behaviour logprobs) for each sampled turn."""
-    starts = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"]
-    out = []
-    for turn, at in zip(traj.turns, starts, strict=False):
-        if turn.token_ids:
-            out.append((policy.prompt_ids(traj.messages[:at]), turn.token_ids, turn.logprobs))
-    return out
-
-
-def clipped_pg_loss(
-    new: torch.Tensor, old: torch.Tensor, adv: float, clip_low: float, clip_high: float
-) -> torch.Tensor:
-    """Token-level PPO-clip objective (DAPO clip-higher when clip_high > clip_low), summed over tokens."""
-    ratio = torch.exp(new - old)
-    return -torch.min(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv).sum()
+from harnessrl.train.engine import build_engine, load_state, save_state
 
 
 def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
@@ -61,12 +38,88 @@ def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
     (Silently ignored staleness and IS settings are a known complaint about other RL frameworks.)"""
     unsupported = {
         f"stages.{stage}.mode": cfg.mode != "sync" and "only 'sync' is implemented; async RL on Ray is pending",
-        f"stages.{stage}.kl_coef": cfg.kl_coef > 0 and "a KL penalty to a reference model is not implemented yet",
         "engine.kind": engine_kind != "hf" and f"only the 'hf' engine drives RL so far (got {engine_kind!r})",
     }
     for field, problem in unsupported.items():
         if problem:
             raise ValueError(f"{field}: {problem}")
+
+
+def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float, version: int) -> list[Sample]:
+    """Each sampled turn of a trajectory: the prompt ids as the policy saw them, the ids it generated
+    and their behaviour logprobs. Rendering the prefix again is drift-free (render_ids), so these are
+    the exact ids of the rollout."""
+    starts = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"]
+    return [
+        Sample(policy.prompt_ids(traj.messages[:at]), turn.token_ids, turn.logprobs, advantage, version)
+        for turn, at in zip(traj.turns, starts, strict=False)
+        if turn.token_ids
+    ]
+
+
+def trainer_config(cfg: RLConfig, context: int) -> TrainConfig:
+    """The RL trainer is the supervised stages' DeepSpeed engine: one optimizer step per mini-batch."""
+    return TrainConfig(
+        steps=cfg.steps * cfg.minibatches,
+        micro_batch_size=1,
+        seq_len=context,
+        lr=cfg.lr,
+        schedule="constant",
+        grad_clip=cfg.grad_clip,
+        zero_stage=cfg.zero_stage,
+    )
+
+
+@dataclass
+class Update:
+    """What one step's updates measured."""
+
+    grad_norm: float = 0.0
+    tokens: int = 0
+    clipped: int = 0
+    tis_truncated: int = 0
+    tis_weight_sum: float = 0.0
+    kl_sum: float = 0.0
+
+
+def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[Sample], cfg: RLConfig, pad: int):
+    """`cfg.minibatches` optimizer steps over this step's samples (see objective.py for the loss)."""
+    stats = Update()
+    if not samples:
+        return stats
+    with torch.no_grad():
+        proximal = completion_logprobs(model, samples, pad)
+        ref = completion_logprobs(reference, samples, pad) if reference is not None else [None] * len(samples)
+    chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
+    for idx in (c for c in chunks if c):
+        current = completion_logprobs(engine, [samples[i] for i in idx], pad)
+        terms = [
+            pg_loss(
+                cur,
+                proximal[i],
+                torch.tensor(samples[i].behaviour),
+                samples[i].advantage,
+                cfg.clip_low,
+                cfg.clip_high,
+                cfg.tis_cap,
+                ref[i],
+                cfg.kl_coef,
+            )
+            for cur, i in zip(current, idx, strict=True)
+        ]
+        tokens = sum(t.tokens for t in terms)
+        # GRPO (DAPO's token-level form): the mean over the mini-batch's tokens. Dr.GRPO: a constant,
+        # so a long answer's tokens weigh as much as a short one's and length carries no hidden bias.
+        norm = tokens if cfg.normalization == "grpo" else len(idx) * cfg.max_new_tokens
+        engine.backward(sum(t.loss for t in terms) / norm)
+        engine.step()
+        stats.grad_norm = max(stats.grad_norm, float(engine.get_global_grad_norm() or 0.0))
+        stats.tokens += tokens
+        stats.clipped += sum(t.clipped for t in terms)
+        stats.tis_truncated += sum(t.tis_truncated for t in terms)
+        stats.tis_weight_sum += sum(t.tis_weight_sum for t in terms)
+        stats.kl_sum += sum(t.kl_sum for t in terms)
+    return stats
 
 
 def train_rl(
@@ -76,16 +129,31 @@ def train_rl(
     suite_dir: Path,
     cfg: RLConfig,
     reward: RewardConfig,
-    metrics_path: Path,
+    out: Path,
     tag: str,
     seed: int,
     budgets: Budgets,
+    state_dir: Path | None = None,
+    reference: nn.Module | None = None,
 ) -> dict:
+    """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl."""
+    from harnessrl.train import distributed
+
+    distributed.setup()
+    engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    last: dict = {}
+    start, extra = load_state(engine, state_dir) if state_dir else (0, {})
+    metrics_path = out / "metrics.jsonl"
+    if start:  # keep the metrics and incidents of the steps the saved state holds
+        print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
+        rng.setstate(_as_rng_state(extra["rng"]))
+        for name in ("metrics.jsonl", "incidents.jsonl"):
+            saved = [m for m in read_metrics(state_dir / name) if m["step"] <= start]
+            (out / name).write_text("".join(json.dumps(m) + "\n" for m in saved))
+    monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
+    last: dict = read_metrics(metrics_path)[-1] if start else {}
     with MetricsWriter(metrics_path) as log:
-        for step in range(cfg.steps):
+        for step in range(start, cfg.steps):
             t0 = time.perf_counter()
             batch = rng.sample(tasks, min(cfg.prompts_per_step, len(tasks)))
             group = [t for t in batch for _ in range(cfg.group_size)]
@@ -94,45 +162,69 @@ def train_rl(
             trajs = batcher.run(
                 group, lambda task, policy, slot: run_task(task, suite_dir, policy, budgets, uid=BASE_UID + slot)
             )
-            policy = batcher.single
-            comps = [
-                reward_components(tr, reward, questions_needed=int(t.user is not None))
-                for tr, t in zip(trajs, group, strict=True)
-            ]
+            needed = [int(t.user is not None) for t in group]
+            comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
             rewards = torch.tensor([total(c) for c in comps])
-            adv = group_advantages(rewards, cfg.group_size)
+            adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
             t_roll = time.perf_counter() - t0
 
             model.train()
-            samples = [(s, a) for tr, a in zip(trajs, adv.tolist(), strict=True) for s in turn_samples(tr, policy)]
-            n_tokens = max(1, sum(len(ids) for (_, ids, _), _ in samples))
-            for (prompt, ids, old), a in samples:
-                if a != 0.0:
-                    new = sequence_logprobs(model, prompt, ids)
-                    (clipped_pg_loss(new, torch.tensor(old), a, cfg.clip_low, cfg.clip_high) / n_tokens).backward()
-            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            samples = [
+                s
+                for tr, a in zip(trajs, adv.tolist(), strict=True)
+                if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
+                for s in turn_samples(tr, batcher.single, a, step)
+            ]
+            stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
+            model.eval()
 
             n = len(trajs)
             turns = sum(tr.counts.turns for tr in trajs)
+            generated = sum(tr.counts.tokens for tr in trajs)
+            hack, incidents = monitor.update(step + 1, trajs, comps, needed)
+            dt = time.perf_counter() - t0
             last = {
                 "step": step + 1,
                 "policy_version": step + 1,
+                "staleness": 0.0,  # sync: every trajectory comes from the weights being updated
                 "reward": float(rewards.mean()),
                 "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
                 "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
                 "turns": turns / n,
                 **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
-                "grad_norm": grad_norm,
+                **hack,
+                "grad_norm": stats.grad_norm,
+                "clip_frac": stats.clipped / max(1, stats.tokens),
+                "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
+                "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
+                "kl": stats.kl_sum / max(1, stats.tokens),
+                "trained_tokens": stats.tokens,
                 "rollout_s": t_roll,
-                "tokens_per_s": n_tokens / (time.perf_counter() - t0),
+                "step_s": dt,
+                "tokens_per_s": generated / dt,
+                "episodes_per_s": n / dt,
             }
             log.write(last)
             print(
                 f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} {last['tokens_per_s']:,.0f} tok/s",
+                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness 0 "
+                f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
                 flush=True,
             )
-    model.eval()
+            for inc in incidents:
+                print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
+            if monitor.should_stop:
+                raise HackAlarm(monitor.incidents[-1])
+            if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                save_state(engine, state_dir, step + 1, {"rng": rng.getstate()})
+                log.flush()
+                for name in ("metrics.jsonl", "incidents.jsonl"):
+                    if (out / name).exists():
+                        shutil.copyfile(out / name, state_dir / name)
     return last
+
+
+def _as_rng_state(saved) -> tuple:
+    """random.getstate() comes back from a checkpoint with its inner tuple as a list."""
+    version, internal, gauss = saved
+    return version, tuple(internal), gauss

@@ -36,17 +36,20 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig):
     return engine
 
 
-def save_state(engine, state_dir: Path, step: int) -> None:
-    """Full training state (weights, optimizer, scheduler, step) for an exact resume."""
-    engine.save_checkpoint(str(state_dir), tag=f"step{step}", client_state={"step": step})
+def save_state(engine, state_dir: Path, step: int, extra: dict | None = None) -> None:
+    """Full training state (weights, optimizer, scheduler, step, and the caller's `extra`, such as an
+    RNG state) for an exact resume. DeepSpeed writes `latest` after the files, so a kill mid-save
+    leaves the previous state as the newest complete one."""
+    engine.save_checkpoint(str(state_dir), tag=f"step{step}", client_state={"step": step, "extra": extra or {}})
 
 
-def load_state(engine, state_dir: Path) -> int:
-    """Resume from the newest complete state in state_dir; returns the step to continue from (0 if none)."""
+def load_state(engine, state_dir: Path) -> tuple[int, dict]:
+    """Resume from the newest complete state in state_dir: (the step to continue from, the saved
+    `extra`); (0, {}) if there is none."""
     if not (state_dir / "latest").is_file():
-        return 0
+        return 0, {}
     _, client = engine.load_checkpoint(str(state_dir), load_module_strict=True)
-    return int(client["step"])
+    return int(client["step"]), client.get("extra", {})
 
 
 def export_hf(engine, model, tok, out: Path, rank: int) -> None:

@@ -78,7 +78,7 @@ class Run:
 def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, run: Run):
     """cfg.steps optimizer steps on the DeepSpeed engine. Returns (engine, last step's metrics)."""
     engine = build_engine(model, cfg)
-    start = load_state(engine, run.state_dir) if run.state_dir else 0
+    start = load_state(engine, run.state_dir)[0] if run.state_dir else 0
     for _ in range(start * cfg.grad_accum):  # replay the data order up to the resumed step
         next(batches)
     if start and run.rank == 0:  # keep the metrics of the steps the resumed state already holds

@@ -1,0 +1,109 @@
+"""The RL objective: group-relative advantages and a token-level clipped policy gradient with a
+truncated importance-sampling correction, optionally against a frozen reference model.
+
+Three policies meet in one token's loss (the decoupled form AReaL uses for stale data):
+  behaviour  the engine that sampled the token; its logprob came back with the token
+  proximal   the trainer's weights at the start of this step (a no-grad forward)
+  current    the weights being updated, which move across the step's mini-batches
+
+The PPO ratio current/proximal is clipped (DAPO clip-higher when clip_high > clip_low), so several
+mini-batch updates stay near where the step began. The weight proximal/behaviour corrects both
+staleness and the numeric mismatch between engine and trainer; it is truncated at `tis_cap`, so one
+token the engine found unlikely cannot dominate the batch (truncated IS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+Normalization = Literal["grpo", "dr_grpo"]
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, normalization: Normalization = "grpo") -> torch.Tensor:
+    """r minus its group's mean, for rewards laid out group by group. GRPO also divides by the group's
+    std; Dr.GRPO does not, since that division up-weights groups whose rewards barely differ."""
+    g = rewards.view(-1, group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if normalization == "grpo":
+        centred = centred / (g.std(dim=1, keepdim=True) + 1e-4)
+    return centred.view(-1)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled assistant turn: what the policy saw, what it generated, and how the reward judged it."""
+
+    prompt: list[int]
+    completion: list[int]
+    behaviour: list[float]  # the engine's logprob of each completion token
+    advantage: float
+    policy_version: int = 0  # the weights that sampled it
+
+
+def completion_logprobs(model: nn.Module, samples: list[Sample], pad_id: int) -> list[torch.Tensor]:
+    """Per-token logprobs of each sample's completion under `model`, in one right-padded forward.
+    Right padding leaves every real token's position and causal context as in an unpadded forward."""
+    rows = [s.prompt + s.completion for s in samples]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+    logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
+    out = []
+    for i, s in enumerate(samples):
+        start = len(s.prompt)
+        target = torch.tensor(s.completion)
+        out.append(logp[i, start - 1 : start - 1 + len(s.completion)].gather(1, target[:, None]).squeeze(1))
+    return out
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    loss: torch.Tensor  # summed over the mini-batch's tokens; the caller divides by the step's normalizer
+    clipped: int  # tokens whose ratio was clipped
+    tis_truncated: int  # tokens whose IS weight hit the cap
+    tis_weight_sum: float
+    kl_sum: float
+    tokens: int
+
+
+def pg_loss(
+    current: torch.Tensor,
+    proximal: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantage: float,
+    clip_low: float,
+    clip_high: float,
+    tis_cap: float | None,
+    reference: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> LossTerms:
+    """One sample's token-level loss, summed over its tokens."""
+    ratio = torch.exp(current - proximal)
+    clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
+    surrogate = torch.min(ratio * advantage, clipped_ratio * advantage)
+    weight = torch.exp(proximal - behaviour)
+    if tis_cap is not None:
+        truncated = int((weight > tis_cap).sum())
+        weight = weight.clamp(max=tis_cap)
+    else:
+        truncated = 0
+    loss = -(weight * surrogate)
+    kl = torch.zeros(())
+    if reference is not None:
+        # k3 estimator of KL(current || reference): unbiased, always >= 0, low variance (Schulman).
+        d = reference - current
+        kl = torch.exp(d) - d - 1
+        loss = loss + kl_coef * kl
+    return LossTerms(
+        loss=loss.sum(),
+        clipped=int(((ratio - clipped_ratio).abs() > 1e-6).sum()),
+        tis_truncated=truncated,
+        tis_weight_sum=float(weight.sum()),
+        kl_sum=float(kl.sum()),
+        tokens=len(current),
+    )

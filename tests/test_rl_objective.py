@@ -1,0 +1,88 @@
+"""The RL objective: advantages, clipping, truncated IS, KL, and logprobs of exact generated ids."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harnessrl.config import ArchConfig
+from harnessrl.model.checkpoint import build_from_arch
+from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
+
+
+def test_grpo_advantages_are_centred_and_scaled_per_group() -> None:
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    a = group_advantages(r, 4)
+    assert a[:4].sum().abs() < 1e-6 and a[0] == pytest.approx(1.5, abs=1e-3)  # (1 - .25) / std .5
+    assert torch.all(a[4:] == 0)  # a group that agrees teaches nothing
+
+
+def test_dr_grpo_advantages_are_only_centred() -> None:
+    r = torch.tensor([1.0, 0.0, 0.2, 0.2])
+    assert group_advantages(r, 2, "dr_grpo").tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0])
+
+
+def test_on_policy_loss_is_minus_advantage_per_token_and_not_clipped() -> None:
+    lp = torch.log(torch.tensor([0.5, 0.25, 0.125]))
+    t = pg_loss(lp, lp, lp, advantage=2.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+    assert float(t.loss) == pytest.approx(-6.0)
+    assert t.clipped == 0 and t.tis_truncated == 0 and t.tis_weight_sum == pytest.approx(3.0) and t.tokens == 3
+
+
+def test_ratio_is_clipped_asymmetrically_dapo_clip_higher() -> None:
+    prox = torch.zeros(2)
+    cur = torch.log(torch.tensor([1.5, 0.5]))  # ratios 1.5 and 0.5
+    pos = pg_loss(cur, prox, prox, 1.0, clip_low=0.2, clip_high=0.28, tis_cap=None)
+    assert float(pos.loss) == pytest.approx(-(1.28 + 0.5))  # upside capped at 1 + clip_high
+    neg = pg_loss(cur, prox, prox, -1.0, clip_low=0.2, clip_high=0.28, tis_cap=None)
+    assert float(neg.loss) == pytest.approx(1.5 + 0.8)  # downside capped at 1 - clip_low
+    assert pos.clipped == 2 and neg.clipped == 2
+
+
+def test_importance_weight_corrects_engine_mismatch_and_is_truncated() -> None:
+    prox = torch.log(torch.tensor([0.5, 0.9]))
+    behaviour = torch.log(torch.tensor([0.25, 0.1]))  # weights 2 and 9: the second one is truncated
+    t = pg_loss(prox, prox, behaviour, 1.0, 0.2, 0.28, tis_cap=3.0)
+    assert float(t.loss) == pytest.approx(-(2.0 + 3.0), rel=1e-5)
+    assert t.tis_truncated == 1
+    untruncated = pg_loss(prox, prox, behaviour, 1.0, 0.2, 0.28, tis_cap=None)
+    assert float(untruncated.loss) == pytest.approx(-11.0, rel=1e-5)
+
+
+def test_kl_term_is_zero_at_the_reference_and_positive_away_from_it() -> None:
+    cur = torch.log(torch.tensor([0.5, 0.5]))
+    at_ref = pg_loss(cur, cur, cur, 0.0, 0.2, 0.28, 2.0, reference=cur.clone(), kl_coef=1.0)
+    assert at_ref.kl_sum == pytest.approx(0.0, abs=1e-7)
+    ref = torch.log(torch.tensor([0.25, 0.75]))
+    away = pg_loss(cur, cur, cur, 0.0, 0.2, 0.28, 2.0, reference=ref, kl_coef=0.5)
+    d = ref - cur
+    expected = float((torch.exp(d) - d - 1).sum())
+    assert away.kl_sum == pytest.approx(expected) and float(away.loss) == pytest.approx(0.5 * expected)
+
+
+def test_loss_gradient_flows_only_through_current_logprobs() -> None:
+    cur = torch.log(torch.tensor([0.5, 0.25])).requires_grad_()
+    t = pg_loss(cur, cur.detach(), cur.detach(), 1.0, 0.2, 0.28, 2.0)
+    t.loss.backward()
+    assert cur.grad.tolist() == pytest.approx([-1.0, -1.0])  # d/dlogp of -ratio * A at ratio 1
+
+
+def test_batched_completion_logprobs_equal_one_sequence_at_a_time() -> None:
+    arch = ArchConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    model = build_from_arch(arch, pad_token_id=1, seed=0).eval()
+    samples = [
+        Sample([5, 6, 7], [8, 9], [0.0, 0.0], 1.0),
+        Sample([5, 6, 7, 10, 11, 12, 13], [14], [0.0], -1.0),
+        Sample([20], [21, 22, 23, 24], [0.0] * 4, 0.5),
+    ]
+    with torch.no_grad():
+        batched = completion_logprobs(model, samples, pad_id=1)
+        for s, got in zip(samples, batched, strict=True):
+            ids = torch.tensor([s.prompt + s.completion])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+            want = [float(logp[len(s.prompt) - 1 + k, t]) for k, t in enumerate(s.completion)]
+            assert got.tolist() == pytest.approx(want, abs=1e-5)
+            assert all(x < 0 and math.isfinite(x) for x in got.tolist())
