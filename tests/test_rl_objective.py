@@ -69,7 +69,8 @@ def test_loss_gradient_flows_only_through_current_logprobs() -> None:
     assert cur.grad.tolist() == pytest.approx([-1.0, -1.0])  # d/dlogp of -ratio * A at ratio 1
 
 
-def test_batched_completion_logprobs_equal_one_sequence_at_a_time() -> None:
+@pytest.mark.parametrize("token_budget", [16384, 10])  # one padded batch; micro-batches by length
+def test_batched_completion_logprobs_equal_one_sequence_at_a_time(token_budget: int) -> None:
     arch = ArchConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=64, max_position_embeddings=64)  # fmt: skip
     model = build_from_arch(arch, pad_token_id=1, seed=0).eval()
@@ -79,7 +80,7 @@ def test_batched_completion_logprobs_equal_one_sequence_at_a_time() -> None:
         Sample([20], [21, 22, 23, 24], [0.0] * 4, 0.5),
     ]
     with torch.no_grad():
-        batched = completion_logprobs(model, samples, pad_id=1)
+        batched = completion_logprobs(model, samples, pad_id=1, token_budget=token_budget)
         for s, got in zip(samples, batched, strict=True):
             ids = torch.tensor([s.prompt + s.completion])
             logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)

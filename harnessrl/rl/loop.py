@@ -33,6 +33,51 @@ from harnessrl.tasks.run import BASE_UID
 from harnessrl.train.engine import build_engine, load_state, save_state
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """One episode of a group, with the policy version that generated it."""
+
+    task: Task
+    trajectory: Trajectory
+    version: int
+
+
+class LocalRollouts:
+    """Sync mode: the trainer's own model generates in this process, every pending group in one
+    lockstep batch, so each step trains on trajectories of exactly the weights being updated.
+
+    The async Ray fleet (harnessrl/rl/fleet.py) has the same three methods, so the loop below is the
+    same code in both modes: `submit` a task's group, wait for `ready` groups, `publish` new weights."""
+
+    def __init__(self, model: nn.Module, tok, suite_dir: Path, cfg: RLConfig, budgets: Budgets) -> None:
+        self.model, self.tok, self.suite_dir, self.cfg, self.budgets = model, tok, suite_dir, cfg, budgets
+        self.version = 0
+        self._pending: list[tuple[Task, int]] = []
+
+    def submit(self, task: Task, seed: int) -> None:
+        self._pending.append((task, seed))
+
+    def ready(self, n: int) -> list[list[Rollout]]:
+        pending, self._pending = self._pending[:n], self._pending[n:]
+        group = [t for t, _ in pending for _ in range(self.cfg.group_size)]
+        self.model.eval()
+        batcher = LockstepBatcher(self.model, self.tok, self.cfg.temperature, self.cfg.max_new_tokens, pending[0][1])
+        trajs = batcher.run(
+            group, lambda task, policy, slot: run_task(task, self.suite_dir, policy, self.budgets, uid=BASE_UID + slot)
+        )
+        k = self.cfg.group_size
+        return [
+            [Rollout(t, tr, self.version) for t, tr in zip(group[i : i + k], trajs[i : i + k], strict=True)]
+            for i in range(0, len(group), k)
+        ]
+
+    def publish(self, version: int, model: nn.Module) -> None:
+        self.version = version  # the weights are the trainer's own: nothing to send
+
+    def close(self) -> None:
+        pass
+
+
 def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
     """Refuse settings this loop does not implement yet, naming the field, rather than ignore them.
     (Silently ignored staleness and IS settings are a known complaint about other RL frameworks.)"""
@@ -135,8 +180,10 @@ def train_rl(
     budgets: Budgets,
     state_dir: Path | None = None,
     reference: nn.Module | None = None,
+    rollouts=None,
 ) -> dict:
-    """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl."""
+    """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
+    `rollouts` is where episodes come from: LocalRollouts (sync, the default) or the Ray fleet."""
     from harnessrl.train import distributed
 
     distributed.setup()
@@ -151,76 +198,97 @@ def train_rl(
             saved = [m for m in read_metrics(state_dir / name) if m["step"] <= start]
             (out / name).write_text("".join(json.dumps(m) + "\n" for m in saved))
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
+    renderer = HFPolicy(model, tok, cfg.temperature, cfg.max_new_tokens)  # prompt ids exactly as rollouts saw them
+    source = rollouts or LocalRollouts(model, tok, suite_dir, cfg, budgets)
+    source.publish(start, model)
+    # Sync keeps one step's groups in flight; async keeps enough that generation never waits for the
+    # trainer, and no more than the staleness bound lets the trainer use.
+    target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
+    batches, in_flight = extra.get("batches", start), 0
     last: dict = read_metrics(metrics_path)[-1] if start else {}
-    with MetricsWriter(metrics_path) as log:
-        for step in range(start, cfg.steps):
-            t0 = time.perf_counter()
-            batch = rng.sample(tasks, min(cfg.prompts_per_step, len(tasks)))
-            group = [t for t in batch for _ in range(cfg.group_size)]
-            model.eval()
-            batcher = LockstepBatcher(model, tok, cfg.temperature, cfg.max_new_tokens, seed=seed * 10_007 + step)
-            trajs = batcher.run(
-                group, lambda task, policy, slot: run_task(task, suite_dir, policy, budgets, uid=BASE_UID + slot)
-            )
-            needed = [int(t.user is not None) for t in group]
-            comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
-            rewards = torch.tensor([total(c) for c in comps])
-            adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
-            t_roll = time.perf_counter() - t0
+    try:
+        with MetricsWriter(metrics_path) as log:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                groups: list[list[Rollout]] = []
+                dropped = 0
+                while len(groups) < cfg.prompts_per_step:
+                    while in_flight < target:
+                        for task in rng.sample(tasks, min(cfg.prompts_per_step, len(tasks))):
+                            source.submit(task, seed * 10_007 + batches)
+                            in_flight += 1
+                        batches += 1
+                    for g in source.ready(cfg.prompts_per_step - len(groups)):
+                        in_flight -= 1
+                        if step - min(r.version for r in g) > cfg.max_staleness:
+                            dropped += 1  # too old to correct: the bound is a promise, not a hint
+                        else:
+                            groups.append(g)
+                rollouts_now = [r for g in groups for r in g]
+                trajs = [r.trajectory for r in rollouts_now]
+                needed = [int(r.task.user is not None) for r in rollouts_now]
+                comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
+                rewards = torch.tensor([total(c) for c in comps])
+                adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
+                t_roll = time.perf_counter() - t0
 
-            model.train()
-            samples = [
-                s
-                for tr, a in zip(trajs, adv.tolist(), strict=True)
-                if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                for s in turn_samples(tr, batcher.single, a, step)
-            ]
-            stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
-            model.eval()
+                model.train()
+                samples = [
+                    s
+                    for r, a in zip(rollouts_now, adv.tolist(), strict=True)
+                    if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
+                    for s in turn_samples(r.trajectory, renderer, a, r.version)
+                ]
+                stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
+                model.eval()
+                source.publish(step + 1, model)
 
-            n = len(trajs)
-            turns = sum(tr.counts.turns for tr in trajs)
-            generated = sum(tr.counts.tokens for tr in trajs)
-            hack, incidents = monitor.update(step + 1, trajs, comps, needed)
-            dt = time.perf_counter() - t0
-            last = {
-                "step": step + 1,
-                "policy_version": step + 1,
-                "staleness": 0.0,  # sync: every trajectory comes from the weights being updated
-                "reward": float(rewards.mean()),
-                "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
-                "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
-                "turns": turns / n,
-                **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
-                **hack,
-                "grad_norm": stats.grad_norm,
-                "clip_frac": stats.clipped / max(1, stats.tokens),
-                "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
-                "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
-                "kl": stats.kl_sum / max(1, stats.tokens),
-                "trained_tokens": stats.tokens,
-                "rollout_s": t_roll,
-                "step_s": dt,
-                "tokens_per_s": generated / dt,
-                "episodes_per_s": n / dt,
-            }
-            log.write(last)
-            print(
-                f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness 0 "
-                f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
-                flush=True,
-            )
-            for inc in incidents:
-                print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
-            if monitor.should_stop:
-                raise HackAlarm(monitor.incidents[-1])
-            if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                save_state(engine, state_dir, step + 1, {"rng": rng.getstate()})
-                log.flush()
-                for name in ("metrics.jsonl", "incidents.jsonl"):
-                    if (out / name).exists():
-                        shutil.copyfile(out / name, state_dir / name)
+                n = len(trajs)
+                turns = sum(tr.counts.turns for tr in trajs)
+                generated = sum(tr.counts.tokens for tr in trajs)
+                hack, incidents = monitor.update(step + 1, trajs, comps, needed)
+                dt = time.perf_counter() - t0
+                last = {
+                    "step": step + 1,
+                    "policy_version": step + 1,
+                    "staleness": sum(step - r.version for r in rollouts_now) / n,
+                    "dropped_stale_groups": dropped,
+                    "reward": float(rewards.mean()),
+                    "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
+                    "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
+                    "turns": turns / n,
+                    **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
+                    **hack,
+                    "grad_norm": stats.grad_norm,
+                    "clip_frac": stats.clipped / max(1, stats.tokens),
+                    "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
+                    "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
+                    "kl": stats.kl_sum / max(1, stats.tokens),
+                    "trained_tokens": stats.tokens,
+                    "wait_s": t_roll,
+                    "step_s": dt,
+                    "tokens_per_s": generated / dt,
+                    "episodes_per_s": n / dt,
+                }
+                log.write(last)
+                print(
+                    f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
+                    f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
+                    f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
+                    flush=True,
+                )
+                for inc in incidents:
+                    print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
+                if monitor.should_stop:
+                    raise HackAlarm(monitor.incidents[-1])
+                if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                    save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
+                    log.flush()
+                    for name in ("metrics.jsonl", "incidents.jsonl"):
+                        if (out / name).exists():
+                            shutil.copyfile(out / name, state_dir / name)
+    finally:
+        source.close()
     return last
 
 

@@ -44,21 +44,41 @@ class Sample:
     policy_version: int = 0  # the weights that sampled it
 
 
-def completion_logprobs(model: nn.Module, samples: list[Sample], pad_id: int) -> list[torch.Tensor]:
-    """Per-token logprobs of each sample's completion under `model`, in one right-padded forward.
-    Right padding leaves every real token's position and causal context as in an unpadded forward."""
-    rows = [s.prompt + s.completion for s in samples]
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-    logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
-    out = []
-    for i, s in enumerate(samples):
-        start = len(s.prompt)
-        target = torch.tensor(s.completion)
-        out.append(logp[i, start - 1 : start - 1 + len(s.completion)].gather(1, target[:, None]).squeeze(1))
-    return out
+def completion_logprobs(
+    model: nn.Module, samples: list[Sample], pad_id: int, token_budget: int = 16384
+) -> list[torch.Tensor]:
+    """Per-token logprobs of each sample's completion under `model` (an HF causal LM, or a DeepSpeed
+    engine around one), in the samples' order.
+
+    Samples go through in right-padded micro-batches of similar length, at most `token_budget` padded
+    tokens each: right padding leaves every real token's position and causal context as in an
+    unpadded forward, and grouping by length wastes little on padding. The output projection runs
+    only at completion positions: prompts (tool outputs, whole files) are most of the tokens, and
+    their vocabulary-wide logits would be most of the memory and time."""
+    hf = getattr(model, "module", model)
+    body, head = hf.get_decoder(), hf.get_output_embeddings()
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt) + len(samples[i].completion))
+    out: list[torch.Tensor | None] = [None] * len(samples)
+    while order:
+        width = len(samples[order[0]].prompt) + len(samples[order[0]].completion)
+        take = 1
+        while take < len(order):
+            longest = len(samples[order[take]].prompt) + len(samples[order[take]].completion)
+            if (take + 1) * longest > token_budget:
+                break
+            take, width = take + 1, longest
+        chunk, order = order[:take], order[take:]
+        ids = torch.full((len(chunk), width), pad_id)
+        for row, i in enumerate(chunk):
+            seq = samples[i].prompt + samples[i].completion
+            ids[row, : len(seq)] = torch.tensor(seq)
+        hidden = body(input_ids=ids).last_hidden_state
+        for row, i in enumerate(chunk):
+            s = samples[i]
+            at = hidden[row, len(s.prompt) - 1 : len(s.prompt) - 1 + len(s.completion)]
+            logp = torch.log_softmax(head(at).float(), dim=-1)
+            out[i] = logp.gather(1, torch.tensor(s.completion)[:, None]).squeeze(1)
+    return out  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
