@@ -21,20 +21,31 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     reference = load(ctx.parent, ctx.cfg["model"]["dtype"])[0].eval() if cfg.kl_coef > 0 else None
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
     budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
-    last = train_rl(
-        model,
-        tok,
-        tasks,
-        ctx.data_dir,
-        cfg,
-        RewardConfig.model_validate(ctx.cfg["reward"]),
-        ctx.out,
-        tag,
-        ctx.cfg["seed"],
-        budgets,
-        state_dir=ctx.state_dir,
-        reference=reference,
-    )
+    rollouts = None  # sync: the trainer's own model generates, in this process
+    if cfg.mode == "async":
+        from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
+
+        ray_dir = ctx.out.parent / f".{ctx.out.name}.ray"  # next to the output, not ~/.ray or /tmp/ray
+        rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, ctx.cfg["model"]["dtype"])
+    try:
+        last = train_rl(
+            model,
+            tok,
+            tasks,
+            ctx.data_dir,
+            cfg,
+            RewardConfig.model_validate(ctx.cfg["reward"]),
+            ctx.out,
+            tag,
+            ctx.cfg["seed"],
+            budgets,
+            state_dir=ctx.state_dir,
+            reference=reference,
+            rollouts=rollouts,
+        )
+    finally:
+        if rollouts is not None:
+            rollouts.close()  # train_rl closes it too; this covers a failure before its loop starts
     save(model, tok, ctx.out)
     return {
         "reward": last["reward"],

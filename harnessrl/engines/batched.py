@@ -5,6 +5,11 @@ posts the next-turn request to the batcher and waits. When every live episode ha
 ones are still running tools), the batcher samples all of them in one batch, in episode order. The
 batch is thus the same set in the same order on every run, so seeded sampling gives the same
 trajectories, while generation costs one batched call per turn instead of one per episode.
+
+Generation is pluggable (`generate_fn`): by default the local model samples; the async fleet
+(harnessrl/rl/fleet.py) sends each batch to a remote rollout worker instead. A completion that
+carries a `version` (the policy weights that produced it) is recorded: `versions[slot]` is the oldest
+version any turn of that episode was sampled with.
 """
 
 from __future__ import annotations
@@ -13,18 +18,24 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from harnessrl.engines.hf import generate
+from harnessrl.engines.hf import Completion, generate
 from harnessrl.engines.policy import HFPolicy
 from harnessrl.harness.episode import AssistantTurn
 
 T = TypeVar("T")
 R = TypeVar("R")
+# (requests as (prompt ids, room) pairs, seed) -> one completion per request, at most `room` tokens long
+GenerateFn = Callable[[list[tuple[list[int], int]], int], list[Completion]]
 
 
 class LockstepBatcher:
-    def __init__(self, model, tok, temperature: float, max_new_tokens: int, seed: int = 0) -> None:
+    def __init__(
+        self, model, tok, temperature: float, max_new_tokens: int, seed: int = 0, generate_fn: GenerateFn | None = None
+    ) -> None:
         self.single = HFPolicy(model, tok, temperature, max_new_tokens, seed)  # rendering, stop ids, context
         self.seed = seed
+        self.generate_fn = generate_fn or self._local_generate
+        self.versions: dict[int, int] = {}  # slot -> oldest policy version of its turns (versioned completions)
         self._cv = threading.Condition()
         self._live: set[int] = set()
         self._pending: dict[int, tuple[list[int], int]] = {}
@@ -78,31 +89,32 @@ class LockstepBatcher:
         order = sorted(self._pending)
         requests = [self._pending.pop(i) for i in order]
         try:
-            turns = self._generate(requests)
+            turns, versions = self._generate(requests)
         except BaseException as e:
             self._error = e
             self._cv.notify_all()
             raise
         self._results.update(zip(order, turns, strict=True))
+        for i, v in zip(order, versions, strict=True):
+            if v is not None:
+                self.versions[i] = min(v, self.versions.get(i, v))
         self._cv.notify_all()
 
-    def _generate(self, requests: list[tuple[list[int], int]]) -> list[AssistantTurn]:
+    def _local_generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
+        s = self.single
+        return generate(s.model, s.tok, [p for p, _ in requests], max(r for _, r in requests), s.temperature, seed)
+
+    def _generate(self, requests: list[tuple[list[int], int]]) -> tuple[list[AssistantTurn], list[int | None]]:
         out = [AssistantTurn(text="", token_ids=[], logprobs=[]) for _ in requests]
+        versions: list[int | None] = [None] * len(requests)
         live = [k for k, (_, room) in enumerate(requests) if room > 0]  # a full context gets an empty turn
         if live:
-            longest = max(requests[k][1] for k in live)
             self._batches += 1
-            completions = generate(
-                self.single.model,
-                self.single.tok,
-                [requests[k][0] for k in live],
-                longest,
-                self.single.temperature,
-                self.seed * 1_000_003 + self._batches,
-            )
+            completions = self.generate_fn([requests[k] for k in live], self.seed * 1_000_003 + self._batches)
             for k, c in zip(live, completions, strict=True):
                 room = requests[k][1]
                 ids, lps = c.token_ids[:room], c.logprobs[:room]  # each request keeps to its own budget
                 body = ids[:-1] if ids and ids[-1] in self.single._stop else ids
                 out[k] = AssistantTurn(text=self.single.tok.decode(body), token_ids=ids, logprobs=lps)
-        return out
+                versions[k] = getattr(c, "version", None)
+        return out, versions

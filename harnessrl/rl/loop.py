@@ -82,7 +82,6 @@ def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
     """Refuse settings this loop does not implement yet, naming the field, rather than ignore them.
     (Silently ignored staleness and IS settings are a known complaint about other RL frameworks.)"""
     unsupported = {
-        f"stages.{stage}.mode": cfg.mode != "sync" and "only 'sync' is implemented; async RL on Ray is pending",
         "engine.kind": engine_kind != "hf" and f"only the 'hf' engine drives RL so far (got {engine_kind!r})",
     }
     for field, problem in unsupported.items():

@@ -1,0 +1,306 @@
+"""Async RL rollouts on Ray: a local Ray session on one machine, a KubeRay cluster in production.
+
+Three kinds of process:
+
+- `RolloutWorker` (actor): a copy of the policy. `set_weights(version, blob)` loads the trainer's
+  weights (a safetensors blob of its state dict); `generate(requests, seed)` samples one batch with
+  the `hf` engine. Every completion carries the version of the weights that produced it.
+- `EnvWorker` (threaded actor): runs whole groups of sandboxed episodes in the harness. The episodes
+  of a group run in lockstep (LockstepBatcher), so each turn of the whole group is one remote
+  `generate` call; many groups run at once, each in its own actor thread.
+- the trainer: the stage process itself (the DeepSpeed engine in loop.py), the Ray driver.
+
+`RayRollouts` is the rollout source the RL loop takes (the same methods as loop.LocalRollouts): it
+dispatches a group as soon as it is submitted, hands groups back as they complete, and broadcasts the
+trainer's weights after every step. An episode's version is the oldest weights any of its turns was
+sampled with; the loop drops groups older than `max_staleness` and corrects the rest by importance
+sampling.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import ray
+import torch
+from safetensors.torch import load as load_blob
+from safetensors.torch import save as save_blob
+from torch import nn
+
+from harnessrl.config import RLConfig
+from harnessrl.engines.batched import LockstepBatcher
+from harnessrl.engines.hf import Completion, generate
+from harnessrl.harness.episode import Budgets, Trajectory
+from harnessrl.rl.loop import Rollout
+from harnessrl.tasks import Task, run_task
+from harnessrl.tasks.run import BASE_UID
+
+UID_LIMIT = 65534  # `nobody`: the sandbox uids of concurrent episodes stay below it, one per episode
+# Ray puts unix sockets under its temp dir (<dir>/session_<date>_<pid>/sockets/plasma_store), and a
+# socket path may be at most 107 bytes: a deeper dir gets a short one under the system temp dir.
+RAY_DIR_MAX = 48
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def _unique_names(state: dict[str, torch.Tensor]) -> list[str]:
+    """State-dict names with tied tensors once (the first name, as HF saves them: the input
+    embedding, not the tied lm_head)."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    names = []
+    for name, t in state.items():
+        key = (t.data_ptr(), tuple(t.shape))
+        if key not in seen:
+            seen.add(key)
+            names.append(name)
+    return names
+
+
+def weights_blob(model: nn.Module) -> bytes:
+    """The model's state dict as safetensors bytes, tied tensors once (safetensors refuses aliases)."""
+    state = model.state_dict()
+    return save_blob({n: state[n].detach().cpu().contiguous() for n in _unique_names(state)})
+
+
+def load_weights(model: nn.Module, blob: bytes) -> None:
+    """Load `weights_blob` bytes into `model` in place. Only tied names may be missing (they share
+    the loaded tensor); anything else missing or unknown is an error, not a silent partial load."""
+    state = model.state_dict()
+    tied = set(state) - set(_unique_names(state))
+    missing, unexpected = model.load_state_dict(load_blob(blob), strict=False)
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"weights do not match the model: missing {sorted(set(missing) - tied)}, unknown {unexpected}")
+
+
+# ----------------------------------------------------------------------------- actors
+
+
+@dataclass(frozen=True)
+class VersionedCompletion(Completion):
+    version: int = 0  # the policy version whose weights sampled it
+
+
+@ray.remote
+class RolloutWorker:
+    """A copy of the policy that samples batches. One call at a time: new weights land between batches."""
+
+    def __init__(self, model_path: str, dtype: str, temperature: float, threads: int | None = None) -> None:
+        from harnessrl.model.checkpoint import load
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.model, self.tok = load(model_path, dtype)
+        self.model.eval()
+        self.temperature = temperature
+        self.version = 0  # the checkpoint it loaded; the trainer publishes its own version before any rollout
+
+    def set_weights(self, version: int, blob: bytes) -> int:
+        load_weights(self.model, blob)
+        self.version = version
+        return version
+
+    def generate(
+        self, requests: list[tuple[list[int], int]], seed: int, temperature: float | None = None
+    ) -> list[tuple[list[int], list[float], int]]:
+        """(token ids, logprobs, version) per (prompt ids, room) request, each at most `room` tokens."""
+        t = self.temperature if temperature is None else temperature
+        longest = max(room for _, room in requests)
+        out = generate(self.model, self.tok, [p for p, _ in requests], longest, t, seed)
+        return [
+            (c.token_ids[:room], c.logprobs[:room], self.version) for c, (_, room) in zip(out, requests, strict=True)
+        ]
+
+
+class Stopped(RuntimeError):
+    """The fleet is closing: episodes in flight end at their next turn (their workspaces are removed)."""
+
+
+@ray.remote
+class EnvWorker:
+    """Runs groups of episodes in the sandboxed harness; their turns go to the rollout workers."""
+
+    def __init__(
+        self,
+        suite_dir: str,
+        tok,
+        context: int,
+        cfg: RLConfig,
+        budgets: Budgets,
+        rollout_workers: list,
+        uid_base: int,
+        slots: int,
+    ) -> None:
+        self.suite_dir, self.tok, self.cfg, self.budgets = Path(suite_dir), tok, cfg, budgets
+        # The batcher renders prompts and keeps to the context; it needs the model's config, not its weights.
+        self.shape = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=context))
+        self.rollout_workers = rollout_workers
+        self._free = list(range(uid_base, uid_base + slots))  # sandbox uids, one per live episode
+        self._lock = threading.Lock()
+        self._groups = 0
+        self._stopping = threading.Event()
+
+    def run_group(self, task_json: dict[str, Any], group_size: int, seed: int) -> list[dict[str, Any]]:
+        """`group_size` episodes of the task, concurrently: [{"trajectory": json, "version": int}]."""
+        task = Task.model_validate(task_json)
+        with self._lock:
+            uids, self._free = self._free[:group_size], self._free[group_size:]
+            worker = self.rollout_workers[self._groups % len(self.rollout_workers)]  # one worker serves a group
+            self._groups += 1
+        if len(uids) < group_size:
+            raise RuntimeError("EnvWorker: more concurrent episodes than sandbox uids (raise its slots)")
+
+        def remote_generate(requests: list[tuple[list[int], int]], s: int) -> list[Completion]:
+            if self._stopping.is_set():
+                raise Stopped("the rollout fleet is closing")
+            rows = ray.get(worker.generate.remote(requests, s))
+            return [VersionedCompletion(ids, lps, v) for ids, lps, v in rows]
+
+        batcher = LockstepBatcher(
+            self.shape, self.tok, self.cfg.temperature, self.cfg.max_new_tokens, seed, remote_generate
+        )
+        try:
+            trajs = batcher.run(
+                [task] * group_size,
+                lambda t, policy, slot: run_task(t, self.suite_dir, policy, self.budgets, uid=uids[slot]),
+            )
+        finally:
+            with self._lock:
+                self._free += uids
+        oldest = min(batcher.versions.values(), default=0)  # an episode with no sampled turn: the group's oldest
+        return [
+            {"trajectory": tr.model_dump(mode="json"), "version": batcher.versions.get(i, oldest)}
+            for i, tr in enumerate(trajs)
+        ]
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+# ----------------------------------------------------------------------------- the rollout source
+
+
+def start_ray(ray_dir: Path | str, num_cpus: int | None = None, **init_kwargs) -> bool:
+    """Join the Ray cluster at RAY_ADDRESS (KubeRay), else start a local one with its files under
+    `ray_dir` (not ~/.ray or /tmp/ray). Returns whether this call started Ray (so should stop it)."""
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
+        return True
+    ray_dir = Path(ray_dir).resolve()
+    if len(str(ray_dir)) > RAY_DIR_MAX:
+        ray_dir = Path(tempfile.mkdtemp(prefix="hrl-ray-"))
+    ray_dir.mkdir(parents=True, exist_ok=True)
+    ray.init(num_cpus=num_cpus or len(os.sched_getaffinity(0)), _temp_dir=str(ray_dir), **kwargs)
+    return True
+
+
+class RayRollouts:
+    """The async rollout source: `cfg.rollout_workers` RolloutWorkers, `cfg.env_workers` EnvWorkers."""
+
+    def __init__(
+        self,
+        model_path: Path | str,
+        tok,
+        suite_dir: Path | str,
+        cfg: RLConfig,
+        budgets: Budgets,
+        ray_dir: Path | str,
+        dtype: str = "float32",
+        threads: int | None = 1,
+        rollout_options: dict[str, Any] | None = None,
+        env_options: dict[str, Any] | None = None,
+    ) -> None:
+        from transformers import AutoConfig
+
+        self.cfg = cfg
+        self._started = start_ray(ray_dir)
+        context = AutoConfig.from_pretrained(model_path, local_files_only=True).max_position_embeddings
+        # The loop keeps prompts_per_step * (1 + max_staleness) groups in flight, overshooting by less
+        # than one step's worth; every EnvWorker thread runs one group, plus one for control calls.
+        groups = cfg.prompts_per_step * (2 + cfg.max_staleness)
+        per_worker = -(-groups // cfg.env_workers)
+        slots = per_worker * cfg.group_size
+        if BASE_UID + cfg.env_workers * slots > UID_LIMIT:
+            raise ValueError(
+                f"stages.rl.env_workers: {cfg.env_workers} workers x {slots} concurrent episodes need more "
+                f"sandbox uids than {BASE_UID}..{UID_LIMIT} holds"
+            )
+        self.rollout_workers = [
+            RolloutWorker.options(**(rollout_options or {})).remote(str(model_path), dtype, cfg.temperature, threads)
+            for _ in range(cfg.rollout_workers)
+        ]
+        self.env_workers = [
+            EnvWorker.options(max_concurrency=per_worker + 1, **(env_options or {})).remote(
+                str(suite_dir), tok, context, cfg, budgets, self.rollout_workers, BASE_UID + w * slots, slots
+            )
+            for w in range(cfg.env_workers)
+        ]
+        self._busy = [0] * cfg.env_workers
+        self._pending: dict[Any, tuple[Task, int]] = {}  # ObjectRef of a group -> (task, env worker)
+        self._syncs: list = []
+        self._submitted = 0
+        self._closed = False
+
+    def submit(self, task: Task, seed: int) -> None:
+        w = min(range(len(self.env_workers)), key=self._busy.__getitem__)
+        group_seed = seed * 7_919 + self._submitted  # distinct per group, also for one task twice
+        ref = self.env_workers[w].run_group.remote(task.model_dump(mode="json"), self.cfg.group_size, group_seed)
+        self._pending[ref] = (task, w)
+        self._busy[w] += 1
+        self._submitted += 1
+
+    def ready(self, n: int) -> list[list[Rollout]]:
+        """`n` completed groups (blocking until there are), oldest-finished first."""
+        if not 0 < n <= len(self._pending):
+            raise ValueError(f"ready({n}) with {len(self._pending)} groups in flight")
+        done, _ = ray.wait(list(self._pending), num_returns=n)
+        groups = []
+        for ref in done:
+            task, w = self._pending.pop(ref)
+            self._busy[w] -= 1
+            rows = ray.get(ref)
+            groups.append([Rollout(task, Trajectory.model_validate(r["trajectory"]), r["version"]) for r in rows])
+        return sorted(groups, key=lambda g: max(r.trajectory.started_at + r.trajectory.wall_s for r in g))
+
+    def publish(self, version: int, model: nn.Module) -> None:
+        """Send the trainer's weights to every RolloutWorker: serialised once, one object for all.
+        It does not wait for them to land (the versions tell the loop which weights made what), except
+        the first time and with max_staleness 0, where a late sync would only waste rollouts."""
+        if self._syncs:
+            ray.get(self._syncs)  # the previous sync landed (and raises here if it failed)
+        blob = ray.put(weights_blob(model))
+        self._syncs = [w.set_weights.remote(version, blob) for w in self.rollout_workers]
+        if self._submitted == 0 or self.cfg.max_staleness == 0:
+            ray.get(self._syncs)
+
+    def close(self, wait_s: float = 30.0) -> None:
+        """Stop the fleet: episodes in flight end at their next turn, then the actors go (and Ray,
+        if this started it)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            ray.get([w.stop.remote() for w in self.env_workers], timeout=wait_s)
+            t0 = time.monotonic()
+            if self._pending:  # let them clean up their workspaces; their errors are expected
+                ray.wait(list(self._pending), num_returns=len(self._pending), timeout=wait_s)
+            self._pending.clear()
+            if time.monotonic() - t0 >= wait_s:
+                print(f"[fleet] closing with groups still running after {wait_s:.0f} s", flush=True)
+        finally:
+            for a in self.env_workers + self.rollout_workers:
+                ray.kill(a)
+            if self._started:
+                ray.shutdown()

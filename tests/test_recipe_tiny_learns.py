@@ -1,0 +1,32 @@
+"""The default recipe, whole, as `harnessrl run` runs it: CPT and SFT reach a measurable success on
+held-out lookup tasks in the harness, and RL then beats SFT with almost no malformed calls.
+
+The bars sit below what three seeds measured (see the RL issue's note), so that an honest change of
+float order on another CPU does not fail the test, while a recipe that stops learning does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, summary
+
+pytestmark = pytest.mark.slow
+
+
+def test_tiny_recipe_sft_is_measurable_and_rl_improves_on_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert run_cli("run", f"data.dir={tmp_path / 'data'}", "--output-dir", str(run_dir),
+                   "--pipeline-root", str(tmp_path / "kfp")) == 0  # fmt: skip
+    assert all(r["state"] == "done" for r in summary(run_dir).values())
+    report = json.loads((run_dir / "report" / "report.json").read_text())
+    by_stage = {r["stage"]: r for r in report["results"]}
+    assert by_stage["base"]["success"] == 0.0  # random weights: nothing is solved by chance
+    sft, rl = by_stage["sft"], by_stage["long_horizon"]
+    assert sft["success"] >= 0.25, f"SFT success {sft['success']:.3f} on held-out lookup"
+    assert rl["success"] >= sft["success"] + 0.05, f"RL {rl['success']:.3f} against SFT {sft['success']:.3f}"
+    assert rl["malformed"] < 0.02
+    assert report["rl_effect"]["from"] == "sft" and report["rl_effect"]["success_diff"]["value"] > 0
