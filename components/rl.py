@@ -25,7 +25,7 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     if cfg.mode == "async":
         from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
 
-        ray_dir = ctx.out.parent / f".{ctx.out.name}.ray"  # next to the output, not ~/.ray or /tmp/ray
+        ray_dir = ctx.out.parent / ".ray"  # Ray's files next to the output, not in ~/.ray or /tmp/ray
         rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, ctx.cfg["model"]["dtype"])
     try:
         last = train_rl(

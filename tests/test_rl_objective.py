@@ -81,9 +81,13 @@ def test_batched_completion_logprobs_equal_one_sequence_at_a_time(token_budget: 
     ]
     with torch.no_grad():
         batched = completion_logprobs(model, samples, pad_id=1, token_budget=token_budget)
+        hot = completion_logprobs(model, samples, pad_id=1, temperature=0.5, token_budget=token_budget)
         for s, got in zip(samples, batched, strict=True):
             ids = torch.tensor([s.prompt + s.completion])
             logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
             want = [float(logp[len(s.prompt) - 1 + k, t]) for k, t in enumerate(s.completion)]
             assert got.tolist() == pytest.approx(want, abs=1e-5)
+            logp_t = torch.log_softmax(model(input_ids=ids).logits[0].float() / 0.5, dim=-1)
+            want_t = [float(logp_t[len(s.prompt) - 1 + k, t]) for k, t in enumerate(s.completion)]
+            assert hot[samples.index(s)].tolist() == pytest.approx(want_t, abs=1e-5)
             assert all(x < 0 and math.isfinite(x) for x in got.tolist())

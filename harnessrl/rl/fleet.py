@@ -19,10 +19,12 @@ sampling.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,9 +45,9 @@ from harnessrl.tasks import Task, run_task
 from harnessrl.tasks.run import BASE_UID
 
 UID_LIMIT = 65534  # `nobody`: the sandbox uids of concurrent episodes stay below it, one per episode
-# Ray puts unix sockets under its temp dir (<dir>/session_<date>_<pid>/sockets/plasma_store), and a
-# socket path may be at most 107 bytes: a deeper dir gets a short one under the system temp dir.
-RAY_DIR_MAX = 48
+# Ray puts unix sockets under its temp dir (<dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 65
+# bytes past it), and a socket path may be at most 107 bytes: a deeper dir gets a short temp dir instead.
+RAY_DIR_MAX = 40
 
 
 # ----------------------------------------------------------------------------- weights
@@ -75,9 +77,13 @@ def load_weights(model: nn.Module, blob: bytes) -> None:
     the loaded tensor); anything else missing or unknown is an error, not a silent partial load."""
     state = model.state_dict()
     tied = set(state) - set(_unique_names(state))
-    missing, unexpected = model.load_state_dict(load_blob(blob), strict=False)
-    if unexpected or set(missing) - tied:
-        raise ValueError(f"weights do not match the model: missing {sorted(set(missing) - tied)}, unknown {unexpected}")
+    weights = load_blob(blob)
+    untied = sorted(tied & set(weights))  # the sender's model has its own tensor where this one shares one
+    missing = sorted(set(state) - tied - set(weights))
+    unknown = sorted(set(weights) - set(state))
+    if untied or missing or unknown:
+        raise ValueError(f"weights do not match the model: missing {missing}, unknown {unknown}, untied {untied}")
+    model.load_state_dict(weights, strict=False)
 
 
 # ----------------------------------------------------------------------------- actors
@@ -201,6 +207,7 @@ def start_ray(ray_dir: Path | str, num_cpus: int | None = None, **init_kwargs) -
     ray_dir = Path(ray_dir).resolve()
     if len(str(ray_dir)) > RAY_DIR_MAX:
         ray_dir = Path(tempfile.mkdtemp(prefix="hrl-ray-"))
+        atexit.register(shutil.rmtree, ray_dir, ignore_errors=True)
     ray_dir.mkdir(parents=True, exist_ok=True)
     ray.init(num_cpus=num_cpus or len(os.sched_getaffinity(0)), _temp_dir=str(ray_dir), **kwargs)
     return True
@@ -262,7 +269,7 @@ class RayRollouts:
         self._submitted += 1
 
     def ready(self, n: int) -> list[list[Rollout]]:
-        """`n` completed groups (blocking until there are), oldest-finished first."""
+        """`n` completed groups (blocking until there are), in the order they finished."""
         if not 0 < n <= len(self._pending):
             raise ValueError(f"ready({n}) with {len(self._pending)} groups in flight")
         done, _ = ray.wait(list(self._pending), num_returns=n)
@@ -293,13 +300,17 @@ class RayRollouts:
         self._closed = True
         try:
             ray.get([w.stop.remote() for w in self.env_workers], timeout=wait_s)
-            t0 = time.monotonic()
-            if self._pending:  # let them clean up their workspaces; their errors are expected
-                ray.wait(list(self._pending), num_returns=len(self._pending), timeout=wait_s)
-            self._pending.clear()
-            if time.monotonic() - t0 >= wait_s:
-                print(f"[fleet] closing with groups still running after {wait_s:.0f} s", flush=True)
+            if self._pending:  # let them remove their workspaces; they end in Stopped, which is expected
+                ended, running = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=wait_s)
+                for ref in ended:
+                    with contextlib.suppress(Exception):
+                        ray.get(ref)  # taken, so Ray does not report it as an unhandled error
+                if running:
+                    print(f"[fleet] {len(running)} group(s) still running after {wait_s:.0f} s: killed", flush=True)
+        except Exception as e:  # a dead worker: nothing left to stop; don't hide the error that closed us
+            print(f"[fleet] closing: {type(e).__name__}: {e}", flush=True)
         finally:
+            self._pending.clear()
             for a in self.env_workers + self.rollout_workers:
                 ray.kill(a)
             if self._started:

@@ -132,11 +132,15 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
     if not samples:
         return stats
     with torch.no_grad():
-        proximal = completion_logprobs(model, samples, pad)
-        ref = completion_logprobs(reference, samples, pad) if reference is not None else [None] * len(samples)
+        proximal = completion_logprobs(model, samples, pad, cfg.temperature)
+        ref = (
+            completion_logprobs(reference, samples, pad, cfg.temperature)
+            if reference is not None
+            else [None] * len(samples)
+        )
     chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
     for idx in (c for c in chunks if c):
-        current = completion_logprobs(engine, [samples[i] for i in idx], pad)
+        current = completion_logprobs(engine, [samples[i] for i in idx], pad, cfg.temperature)
         terms = [
             pg_loss(
                 cur,

@@ -45,7 +45,7 @@ class Sample:
 
 
 def completion_logprobs(
-    model: nn.Module, samples: list[Sample], pad_id: int, token_budget: int = 16384
+    model: nn.Module, samples: list[Sample], pad_id: int, temperature: float = 1.0, token_budget: int = 16384
 ) -> list[torch.Tensor]:
     """Per-token logprobs of each sample's completion under `model` (an HF causal LM, or a DeepSpeed
     engine around one), in the samples' order.
@@ -54,7 +54,9 @@ def completion_logprobs(
     tokens each: right padding leaves every real token's position and causal context as in an
     unpadded forward, and grouping by length wastes little on padding. The output projection runs
     only at completion positions: prompts (tool outputs, whole files) are most of the tokens, and
-    their vocabulary-wide logits would be most of the memory and time."""
+    their vocabulary-wide logits would be most of the memory and time. Logits are divided by the
+    sampling temperature, as the engine did, so these are the logprobs of the distribution the tokens
+    were drawn from, and the IS weight against the engine's compares like with like."""
     hf = getattr(model, "module", model)
     body, head = hf.get_decoder(), hf.get_output_embeddings()
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt) + len(samples[i].completion))
@@ -76,7 +78,7 @@ def completion_logprobs(
         for row, i in enumerate(chunk):
             s = samples[i]
             at = hidden[row, len(s.prompt) - 1 : len(s.prompt) - 1 + len(s.completion)]
-            logp = torch.log_softmax(head(at).float(), dim=-1)
+            logp = torch.log_softmax(head(at).float() / temperature, dim=-1)
             out[i] = logp.gather(1, torch.tensor(s.completion)[:, None]).squeeze(1)
     return out  # type: ignore[return-value]
 

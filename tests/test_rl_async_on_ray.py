@@ -1,0 +1,119 @@
+"""Async RL on a real local Ray session: weight sync to the rollout workers, and the RL stage in async
+mode with its staleness bound. One Ray session (2 CPUs) serves the module and is shut down after it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.rl import work
+from harnessrl.config import compose
+from harnessrl.engines.hf import generate
+from harnessrl.harness.episode import Budgets
+from harnessrl.metrics import read_metrics
+from harnessrl.model.checkpoint import build_from_arch, load
+from harnessrl.stage import run_stage
+from tests.conftest import SMOKE, needs_bwrap
+
+ray = pytest.importorskip("ray")
+from harnessrl.rl.fleet import RayRollouts, load_weights, start_ray, weights_blob  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    with tempfile.TemporaryDirectory(prefix="ray-") as d:
+        assert start_ray(d, num_cpus=2)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
+def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> list[dict]:
+    cfg = compose([*SMOKE, "stages.rl.monitors.warmup_steps=0", *overrides])
+    run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
+              str(out))  # fmt: skip
+    return read_metrics(out / "metrics.jsonl")
+
+
+def perturb(model: torch.nn.Module, seed: int, scale: float = 0.5) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp(min=1e-3))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_weights_blob_round_trips_with_and_without_tied_embeddings(tied: bool) -> None:
+    arch = compose(SMOKE).model.arch.model_copy(update={"tie_word_embeddings": tied})
+    a, b = build_from_arch(arch, 0, seed=1), build_from_arch(arch, 0, seed=2)
+    blob = weights_blob(a)
+    load_weights(b, blob)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert (b.lm_head.weight.data_ptr() == b.model.embed_tokens.weight.data_ptr()) == tied  # still tied
+    with pytest.raises(ValueError, match="do not match"):
+        load_weights(build_from_arch(arch.model_copy(update={"tie_word_embeddings": not tied}), 0, 3), blob)
+
+
+@needs_bwrap
+def test_a_published_policy_generates_what_the_trainer_would(
+    ray_session, tiny_base: dict[str, Path], tmp_path: Path
+) -> None:
+    cfg = compose(SMOKE).stages.rl
+    model, tok = load(tiny_base["base"])
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied embeddings
+    fleet = RayRollouts(tiny_base["base"], tok, tiny_base["data"], cfg, Budgets(), tmp_path / "ray")
+    worker = fleet.rollout_workers[0]
+    prompt = tok("def add(a, b):\n    return")["input_ids"]
+
+    def both(version: int) -> tuple:
+        model.eval()
+        fleet.publish(version, model)
+        (ids, lps, v), *_ = ray.get(worker.generate.remote([(prompt, 16)], 0, temperature=0.0))
+        (mine,) = generate(model, tok, [prompt], 16, 0.0, 0)
+        assert v == version and ids == mine.token_ids
+        assert lps == pytest.approx(mine.logprobs, abs=1e-4)
+        return ids, lps
+
+    try:
+        perturb(model, seed=1)  # the worker loaded the checkpoint: only a real sync makes these agree
+        first = both(1)
+        with torch.no_grad():  # through the tied embedding alone: the lm_head must follow it on the worker
+            model.model.embed_tokens.weight.add_(torch.randn_like(model.model.embed_tokens.weight) * 0.5)
+        second = both(2)
+        assert second != first
+    finally:
+        fleet.close()
+
+
+@needs_bwrap
+def test_the_async_stage_trains_within_its_staleness_bound(
+    ray_session, tiny_base: dict[str, Path], tmp_path: Path
+) -> None:
+    rows = rl_stage(tiny_base, tmp_path / "async", "stages.rl.mode=async", "stages.rl.steps=3",
+                    "stages.rl.max_staleness=1")  # fmt: skip
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(0 <= r["staleness"] <= 1 for r in rows)
+    assert any(r["staleness"] > 0 for r in rows)  # two steps in flight: the second step trains on older weights
+    assert all(isinstance(r["dropped_stale_groups"], int) for r in rows)
+    assert (tmp_path / "async" / "model.safetensors").is_file()
+
+    fresh = rl_stage(tiny_base, tmp_path / "fresh", "stages.rl.mode=async", "stages.rl.steps=2",
+                     "stages.rl.max_staleness=0")  # fmt: skip
+    assert [r["staleness"] for r in fresh] == [0.0, 0.0]
+    assert [r["dropped_stale_groups"] for r in fresh] == [0, 0]  # publish waits for the sync: nothing wasted
+
+    sync = rl_stage(tiny_base, tmp_path / "sync", "stages.rl.steps=1")
+    assert set(sync[0]) == set(rows[0]) == set(fresh[0])  # one loop, two rollout sources: the same metrics
+
+
+def test_sync_rl_does_not_import_ray() -> None:
+    code = "import sys, components.rl, harnessrl.rl.loop; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
