@@ -20,8 +20,26 @@ from tests.conftest import SMOKE, needs_bwrap
 pytestmark = needs_bwrap
 
 
+VARIED = ["stages.rl.monitors.warmup_steps=0"]
+
+
+@pytest.fixture(autouse=True)
+def answer_length_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The untrained base model answers every task at once, wrongly and at full length, so every
+    shaped component ties within a group and no update would happen. A deterministic extra component
+    (the answer's length in characters) gives nonzero advantages, so these tests train for real."""
+    from harnessrl.rl import loop
+
+    real = loop.reward_components
+
+    def with_length(traj, weights, questions_needed=0):
+        return real(traj, weights, questions_needed) | {"length": len(traj.outcome.final_answer or "") / 100}
+
+    monkeypatch.setattr(loop, "reward_components", with_length)
+
+
 def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> Path:
-    cfg = compose([*SMOKE, "stages.rl.monitors.warmup_steps=0", *overrides])
+    cfg = compose([*SMOKE, *VARIED, *overrides])
     run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
               str(out))  # fmt: skip
     return out
@@ -32,7 +50,7 @@ def test_rl_steps_log_the_objective_and_the_monitors(tiny_base: dict[str, Path],
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        assert r["staleness"] == 0.0 and r["trained_tokens"] >= 0
+        assert r["staleness"] == 0.0 and r["trained_tokens"] > 0 and r["grad_norm"] > 0
         assert 0 <= r["clip_frac"] <= 1 and 0 <= r["tis/truncated_frac"] <= 1
         assert {"hack/malformed", "hack/clarify", "hack/test_tamper", "hack/unsupported_answer"} <= set(r)
         assert {"reward/outcome", "reward/malformed", "reward/turns"} <= set(r)
@@ -73,5 +91,7 @@ def test_a_crashed_run_resumes_from_its_last_state_exactly(
     assert [r["step"] for r in read_metrics(resumed / "metrics.jsonl")] == [1, 2, 3]  # nothing lost or doubled
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the same weights, bit for bit
+    base = load_file(tiny_base["base"] / "model.safetensors")
+    assert any(not (a[k] == base[k]).all() for k in a)  # and RL did change them
     for key in ("reward", "success", "malformed"):
         assert read_metrics(straight / "metrics.jsonl")[-1][key] == read_metrics(resumed / "metrics.jsonl")[-1][key]

@@ -30,7 +30,7 @@ from harnessrl.rewards.shaped import reward_components, total
 from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
 from harnessrl.tasks import Task, run_task
 from harnessrl.tasks.run import BASE_UID
-from harnessrl.train.engine import build_engine, load_state, save_state
+from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def trainer_config(cfg: RLConfig, context: int) -> TrainConfig:
 class Update:
     """What one step's updates measured."""
 
-    grad_norm: float = 0.0
+    grad_norm: float = 0.0  # the largest over the step's mini-batches, before clipping
     tokens: int = 0
     clipped: int = 0
     tis_truncated: int = 0
@@ -160,8 +160,7 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
         # so a long answer's tokens weigh as much as a short one's and length carries no hidden bias.
         norm = tokens if cfg.normalization == "grpo" else len(idx) * cfg.max_new_tokens
         engine.backward(sum(t.loss for t in terms) / norm)
-        engine.step()
-        stats.grad_norm = max(stats.grad_norm, float(engine.get_global_grad_norm() or 0.0))
+        stats.grad_norm = max(stats.grad_norm, optimizer_step(engine, model))
         stats.tokens += tokens
         stats.clipped += sum(t.clipped for t in terms)
         stats.tis_truncated += sum(t.tis_truncated for t in terms)

@@ -36,6 +36,19 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig):
     return engine
 
 
+def optimizer_step(engine, model: torch.nn.Module, boundary: bool = True) -> float | None:
+    """engine.step(); at an accumulation boundary, also the global grad norm before clipping.
+    DeepSpeed keeps that norm only under ZeRO; without ZeRO it clips fp32 grads in place and keeps
+    nothing, so the norm is measured here first."""
+    plain = None
+    if boundary and engine.zero_optimization_stage() == 0:
+        plain = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
+    engine.step()  # applies the update at the accumulation boundary only
+    if not boundary:
+        return None
+    return plain if plain is not None else float(engine.get_global_grad_norm() or 0.0)
+
+
 def save_state(engine, state_dir: Path, step: int, extra: dict | None = None) -> None:
     """Full training state (weights, optimizer, scheduler, step, and the caller's `extra`, such as an
     RNG state) for an exact resume. DeepSpeed writes `latest` after the files, so a kill mid-save

@@ -19,7 +19,7 @@ import torch
 
 from harnessrl.config import TrainConfig
 from harnessrl.metrics import MetricsWriter, read_metrics
-from harnessrl.train.engine import build_engine, load_state, save_state
+from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # input_ids [B, T], labels [B, T] (-100 = not trained)
 
@@ -92,15 +92,12 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
         t0 = time.perf_counter()
         lr = engine.get_lr()[0]
         loss_sum = torch.zeros(2)  # summed loss, trained tokens
-        plain_norm = None
+        grad_norm = None
         for micro in range(cfg.grad_accum):
             x, y = next(batches)
             loss = engine(input_ids=x, labels=y).loss
             engine.backward(loss)
-            if micro == cfg.grad_accum - 1 and engine.zero_optimization_stage() == 0:
-                # Without ZeRO, DeepSpeed clips fp32 grads without keeping the norm: measure it here.
-                plain_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-            engine.step()  # applies the update at the accumulation boundary only
+            grad_norm = optimizer_step(engine, model, boundary=micro == cfg.grad_accum - 1)
             loss_sum += torch.tensor([loss.item(), float((y[:, 1:] != -100).sum())])
         if run.world > 1:
             torch.distributed.all_reduce(loss_sum)
@@ -109,7 +106,7 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
             "step": step + 1,
             "loss": float(loss_sum[0]) / (cfg.grad_accum * run.world),
             "lr": lr,
-            "grad_norm": float(engine.get_global_grad_norm() if plain_norm is None else plain_norm),
+            "grad_norm": grad_norm,
             "tokens_per_s": float(loss_sum[1]) / dt,
         }
         if log:
