@@ -8,7 +8,12 @@
     generates nothing while it trains; async keeps 1 + max_staleness steps of groups in flight, so a
     slow episode holds back only its own group and generation overlaps the update.
 
-    PYTHONPATH=. python bench/rl.py [--steps 8] [--prompts 4] [--group 4] [--median-s 0.4] [--sigma 1.0]
+(d) weight-sync latency: the trainer's weights into a running Ray rollout worker, against a sync
+    through a checkpoint file.
+
+(b) and (c) are their own scripts: bench/rl_vs_trl.py and bench/rollout_throughput.py.
+
+    PYTHONPATH=. python bench/rl.py [--only a|d] [--steps 8] [--prompts 4] [--group 4] [--median-s 0.4]
 
 About 2-3 minutes on 2 cores (building the tiny base included).
 """
@@ -125,6 +130,46 @@ def bench_async_vs_sync(args: argparse.Namespace, root: Path) -> None:
     print(f"speed-up async/sync: {ts / ta:.2f}x stage wall clock, {loop_s / loop_a:.2f}x loop (without Ray's start)")
 
 
+def bench_weight_sync(root: Path, repeats: int = 10) -> None:
+    """(d) The trainer's weights into a running rollout worker: the blob, Ray's transfer and the load
+    in the worker, against writing and reading a safetensors checkpoint file (a filesystem sync)."""
+    import statistics
+
+    import ray
+
+    from harnessrl.model.checkpoint import load
+    from harnessrl.rl.fleet import RolloutWorker, load_weights, start_ray, weights_blob
+
+    base = build_base(root)
+    model, _ = load(base["base"])
+    start_ray(root / "ray-sync", num_cpus=2)
+    try:
+        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, 1)
+        ray.get(worker.set_weights.remote(0, weights_blob(model)))  # warm-up
+
+        def timed(fn) -> float:
+            out = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                out.append(1000 * (time.perf_counter() - t0))
+            return statistics.median(out)
+
+        blob_ms = timed(lambda: weights_blob(model))
+        ray_ms = timed(lambda: ray.get(worker.set_weights.remote(1, ray.put(weights_blob(model)))))
+        path = root / "sync.safetensors"
+        file_ms = timed(lambda: (path.write_bytes(weights_blob(model)), load_weights(model, path.read_bytes())))
+    finally:
+        ray.shutdown()
+    params = sum(p.numel() for p in model.parameters())
+    print(f"\n== (d) weight sync, {params / 1e6:.2f}M parameters fp32, median of {repeats} ==")
+    print(f"{'':<40}{'ms':>10}")
+    print(f"{'serialise (safetensors blob)':<40}{blob_ms:>10.1f}")
+    print(f"{'publish to a Ray rollout worker':<40}{ray_ms:>10.1f}")
+    print(f"{'via a checkpoint file on disk':<40}{file_ms:>10.1f}")
+    print(f"Ray publish / file sync = {ray_ms / file_ms:.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=8)
@@ -134,9 +179,14 @@ def main() -> None:
     p.add_argument("--env-workers", type=int, default=1)
     p.add_argument("--median-s", type=float, default=0.4, help="median env latency per turn, seconds")
     p.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the env latency (the tail)")
+    p.add_argument("--only", choices=["a", "d"], help="run one part: (a) async vs sync, (d) weight sync")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as d:
-        bench_async_vs_sync(args, Path(d))
+        if args.only in (None, "a"):
+            bench_async_vs_sync(args, Path(d) / "a")
+        if args.only in (None, "d"):
+            bench_weight_sync(Path(d) / "d")
+    print("(b) against TRL: bench/rl_vs_trl.py; (c) rollout throughput: bench/rollout_throughput.py")
 
 
 if __name__ == "__main__":
