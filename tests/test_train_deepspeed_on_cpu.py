@@ -18,7 +18,7 @@ from tests.conftest import SMOKE
 
 # fp32, ZeRO-0, seed 0, the smoke recipe's base model and corpus: DeepSpeed's fp32 losses equal a
 # plain torch loop's, so these also pin the model, the tokenizer and the data build.
-GOLDEN_CPT_LOSSES = [6.788, 6.4465, 6.1932]
+GOLDEN_CPT_LOSSES = [6.788, 6.2899, 6.0193]  # warmup_steps 5 (conf/stages/cpt)
 
 
 def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:

@@ -132,7 +132,9 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
     if not samples:
         return stats
     with torch.no_grad():
-        proximal = completion_logprobs(model, samples, pad, cfg.temperature)
+        # With one mini-batch the weights at the start of the step are the weights being updated, so
+        # the proximal logprobs are the current ones, detached: no extra forward.
+        proximal = completion_logprobs(model, samples, pad, cfg.temperature) if cfg.minibatches > 1 else None
         ref = (
             completion_logprobs(reference, samples, pad, cfg.temperature)
             if reference is not None
@@ -144,7 +146,7 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
         terms = [
             pg_loss(
                 cur,
-                proximal[i],
+                cur.detach() if proximal is None else proximal[i],
                 torch.tensor(samples[i].behaviour),
                 samples[i].advantage,
                 cfg.clip_low,
