@@ -133,8 +133,6 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
         },
     )
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    # Inherited by the task subprocesses; process env is not part of kfp's cache key.
-    os.environ["HARNESSRL_STATE_ROOT"] = str((run_dir / "state").resolve())
     data_dir, data_md5 = ensure_data(cfg, data_root)
     pipeline = build_pipeline(cfg, Inputs(str(data_dir), data_md5, code_hash()))
 
@@ -149,6 +147,10 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
     root_logger = logging.getLogger()
     root_logger.addFilter(progress)
     print(f"run: {cfg.name} → {run_dir}  (stages: {' → '.join(cfg.enabled_stages())})", flush=True)
+    # Inherited by the task subprocesses (process env is not part of kfp's cache key), and put back
+    # afterwards, so a later run or stage in this process never writes into this run's state.
+    saved_root = os.environ.get("HARNESSRL_STATE_ROOT")
+    os.environ["HARNESSRL_STATE_ROOT"] = str((run_dir / "state").resolve())
     try:
         with contextlib.redirect_stdout(progress), warnings.catch_warnings():
             # Scheduling settings (display name, node selectors, ...) are for the cluster; kfp.local
@@ -156,6 +158,10 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner")
             result = pipeline()
     finally:
+        if saved_root is None:
+            del os.environ["HARNESSRL_STATE_ROOT"]
+        else:
+            os.environ["HARNESSRL_STATE_ROOT"] = saved_root
         root_logger.removeFilter(progress)
         progress.log.close()
     final = Path(result.output.path if hasattr(result, "output") else result.path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,8 @@ def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: 
     report = json.loads((smoke_run / "checkpoints" / "eval" / "report.json").read_text())
     assert [r["stage"] for r in report["results"]] == STAGES[:-1]
     assert (smoke_run / "config.yaml").is_file() and (smoke_run / "kfp.log").is_file()
+    # The run's state root reached its stages, and does not outlive the run in this process.
+    assert "HARNESSRL_STATE_ROOT" not in os.environ
 
 
 def test_rerun_with_nothing_changed_is_served_from_the_cache(smoke_run: Path, smoke_env: dict) -> None:
