@@ -45,7 +45,7 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
         )
     finally:
         if rollouts is not None:
-            rollouts.close()  # train_rl closes it too; this covers a failure before its loop starts
+            rollouts.close()  # the fleet's actors and Ray itself, also when training fails
     save(model, tok, ctx.out)
     return {
         "reward": last["reward"],

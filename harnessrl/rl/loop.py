@@ -89,13 +89,13 @@ def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
             raise ValueError(f"{field}: {problem}")
 
 
-def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float, version: int) -> list[Sample]:
+def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float) -> list[Sample]:
     """Each sampled turn of a trajectory: the prompt ids as the policy saw them, the ids it generated
     and their behaviour logprobs. Rendering the prefix again is drift-free (render_ids), so these are
     the exact ids of the rollout."""
     starts = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"]
     return [
-        Sample(policy.prompt_ids(traj.messages[:at]), turn.token_ids, turn.logprobs, advantage, version)
+        Sample(policy.prompt_ids(traj.messages[:at]), turn.token_ids, turn.logprobs, advantage)
         for turn, at in zip(traj.turns, starts, strict=False)
         if turn.token_ids
     ]
@@ -187,7 +187,8 @@ def train_rl(
     rollouts=None,
 ) -> dict:
     """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
-    `rollouts` is where episodes come from: LocalRollouts (sync, the default) or the Ray fleet."""
+    `rollouts` is where episodes come from: LocalRollouts (sync, the default) or the Ray fleet, which
+    its creator closes."""
     from harnessrl.train import distributed
 
     distributed.setup()
@@ -210,89 +211,86 @@ def train_rl(
     target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
     batches, in_flight = extra.get("batches", start), 0
     last: dict = read_metrics(metrics_path)[-1] if start else {}
-    try:
-        with MetricsWriter(metrics_path) as log:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                groups: list[list[Rollout]] = []
-                dropped = 0
-                while len(groups) < cfg.prompts_per_step:
-                    while in_flight < target:
-                        for task in rng.sample(tasks, min(cfg.prompts_per_step, len(tasks))):
-                            source.submit(task, seed * 10_007 + batches)
-                            in_flight += 1
-                        batches += 1
-                    for g in source.ready(cfg.prompts_per_step - len(groups)):
-                        in_flight -= 1
-                        if step - min(r.version for r in g) > cfg.max_staleness:
-                            dropped += 1  # too old to correct: the bound is a promise, not a hint
-                        else:
-                            groups.append(g)
-                rollouts_now = [r for g in groups for r in g]
-                trajs = [r.trajectory for r in rollouts_now]
-                needed = [int(r.task.user is not None) for r in rollouts_now]
-                comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
-                rewards = torch.tensor([total(c) for c in comps])
-                adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
-                t_roll = time.perf_counter() - t0
+    with MetricsWriter(metrics_path) as log:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            groups: list[list[Rollout]] = []
+            dropped = 0
+            while len(groups) < cfg.prompts_per_step:
+                while in_flight < target:
+                    for task in rng.sample(tasks, min(cfg.prompts_per_step, len(tasks))):
+                        source.submit(task, seed * 10_007 + batches)
+                        in_flight += 1
+                    batches += 1
+                for g in source.ready(cfg.prompts_per_step - len(groups)):
+                    in_flight -= 1
+                    if step - min(r.version for r in g) > cfg.max_staleness:
+                        dropped += 1  # too old to correct: the bound is a promise, not a hint
+                    else:
+                        groups.append(g)
+            rollouts_now = [r for g in groups for r in g]
+            trajs = [r.trajectory for r in rollouts_now]
+            needed = [int(r.task.user is not None) for r in rollouts_now]
+            comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
+            rewards = torch.tensor([total(c) for c in comps])
+            adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
+            t_roll = time.perf_counter() - t0
 
-                model.train()
-                samples = [
-                    s
-                    for r, a in zip(rollouts_now, adv.tolist(), strict=True)
-                    if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                    for s in turn_samples(r.trajectory, renderer, a, r.version)
-                ]
-                stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
-                model.eval()
-                source.publish(step + 1, model)
+            model.train()
+            samples = [
+                s
+                for r, a in zip(rollouts_now, adv.tolist(), strict=True)
+                if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
+                for s in turn_samples(r.trajectory, renderer, a)
+            ]
+            stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
+            model.eval()
+            source.publish(step + 1, model)
 
-                n = len(trajs)
-                turns = sum(tr.counts.turns for tr in trajs)
-                generated = sum(tr.counts.tokens for tr in trajs)
-                hack, incidents = monitor.update(step + 1, trajs, comps, needed)
-                dt = time.perf_counter() - t0
-                last = {
-                    "step": step + 1,
-                    "policy_version": step + 1,
-                    "staleness": sum(step - r.version for r in rollouts_now) / n,
-                    "dropped_stale_groups": dropped,
-                    "reward": float(rewards.mean()),
-                    "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
-                    "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
-                    "turns": turns / n,
-                    **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
-                    **hack,
-                    "grad_norm": stats.grad_norm,
-                    "clip_frac": stats.clipped / max(1, stats.tokens),
-                    "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
-                    "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
-                    "kl": stats.kl_sum / max(1, stats.tokens),
-                    "trained_tokens": stats.tokens,
-                    "wait_s": t_roll,
-                    "step_s": dt,
-                    "tokens_per_s": generated / dt,
-                    "episodes_per_s": n / dt,
-                }
-                log.write(last)
-                print(
-                    f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                    f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
-                    f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
-                    flush=True,
-                )
-                for inc in incidents:
-                    print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
-                if monitor.should_stop:
-                    raise HackAlarm(monitor.incidents[-1])
-                if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                    save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
-                    log.flush()
-                    for name in ("metrics.jsonl", "incidents.jsonl"):
-                        if (out / name).exists():
-                            shutil.copyfile(out / name, state_dir / name)
-    finally:
-        source.close()
+            n = len(trajs)
+            turns = sum(tr.counts.turns for tr in trajs)
+            generated = sum(tr.counts.tokens for tr in trajs)
+            hack, incidents = monitor.update(step + 1, trajs, comps, needed)
+            dt = time.perf_counter() - t0
+            last = {
+                "step": step + 1,
+                "policy_version": step + 1,
+                "staleness": sum(step - r.version for r in rollouts_now) / n,
+                "dropped_stale_groups": dropped,
+                "reward": float(rewards.mean()),
+                "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
+                "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
+                "turns": turns / n,
+                **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
+                **hack,
+                "grad_norm": stats.grad_norm,
+                "clip_frac": stats.clipped / max(1, stats.tokens),
+                "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
+                "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
+                "kl": stats.kl_sum / max(1, stats.tokens),
+                "trained_tokens": stats.tokens,
+                "wait_s": t_roll,
+                "step_s": dt,
+                "tokens_per_s": generated / dt,
+                "episodes_per_s": n / dt,
+            }
+            log.write(last)
+            print(
+                f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
+                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
+                f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
+                flush=True,
+            )
+            for inc in incidents:
+                print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
+            if monitor.should_stop:
+                raise HackAlarm(monitor.incidents[-1])
+            if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
+                log.flush()
+                for name in ("metrics.jsonl", "incidents.jsonl"):
+                    if (out / name).exists():
+                        shutil.copyfile(out / name, state_dir / name)
     return last
 
 

@@ -41,7 +41,6 @@ class Sample:
     completion: list[int]
     behaviour: list[float]  # the engine's logprob of each completion token
     advantage: float
-    policy_version: int = 0  # the weights that sampled it
 
 
 def completion_logprobs(
