@@ -102,6 +102,45 @@ def test_resume_reproduces_the_uninterrupted_losses(tiny_base: dict, tmp_path: P
         assert b["lr"] == pytest.approx(a["lr"])
 
 
+def test_kill_while_a_state_is_saved_keeps_each_step_once(
+    tiny_base: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill between the metrics snapshot and `latest` moving (here: inside step 4's save) resumes
+    from step 2 and redoes 3-4: every step's row exists once, none lost and none doubled."""
+    import harnessrl.train.loop as loop
+
+    distributed.setup()
+    tokens = corpus_tokens(tiny_base)
+    cfg = TrainConfig(steps=6, micro_batch_size=2, seq_len=64, lr=3e-3, warmup_steps=2, log_every=100)
+    state = tmp_path / "state"
+    real_save = loop.save_state
+
+    def save_then_die_at_4(engine, state_dir, step, extra=None):
+        if step == 4:
+            raise Crash
+        real_save(engine, state_dir, step, extra)
+
+    monkeypatch.setattr(loop, "save_state", save_then_die_at_4)
+    torch.manual_seed(0)
+    with pytest.raises(Crash):
+        train(
+            load(tiny_base["base"])[0],
+            packed_batches(tokens, cfg, 0),
+            cfg,
+            Run(tmp_path / "a.jsonl", "a", state_dir=state, checkpoint_every=2),
+        )
+    assert [m["step"] for m in read_metrics(state / "metrics.jsonl")] == [1, 2, 3, 4]  # snapshot came first
+    monkeypatch.setattr(loop, "save_state", real_save)
+    torch.manual_seed(0)
+    train(
+        load(tiny_base["base"])[0],
+        packed_batches(tokens, cfg, 0),
+        cfg,
+        Run(tmp_path / "b.jsonl", "b", state_dir=state, checkpoint_every=2),
+    )
+    assert [m["step"] for m in read_metrics(tmp_path / "b.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
 @pytest.mark.parametrize("zero_stage", [2, 3])
 def test_two_process_zero_on_gloo(tiny_base: dict, tmp_path: Path, zero_stage: int) -> None:
     out = tmp_path / f"cpt-z{zero_stage}"

@@ -10,9 +10,7 @@ optimizer, task sampler) is saved, so a killed run resumes losing at most the st
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ from harnessrl.config import RewardConfig, RLConfig, TrainConfig
 from harnessrl.engines.batched import LockstepBatcher
 from harnessrl.engines.policy import HFPolicy
 from harnessrl.harness.episode import Budgets, Trajectory
-from harnessrl.metrics import MetricsWriter, read_metrics
+from harnessrl.metrics import MetricsWriter, read_metrics, restore, snapshot
 from harnessrl.rewards.monitors import HackAlarm, HackMonitor
 from harnessrl.rewards.shaped import reward_components, total
 from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
@@ -200,8 +198,7 @@ def train_rl(
         print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
         rng.setstate(_as_rng_state(extra["rng"]))
         for name in ("metrics.jsonl", "incidents.jsonl"):
-            saved = [m for m in read_metrics(state_dir / name) if m["step"] <= start]
-            (out / name).write_text("".join(json.dumps(m) + "\n" for m in saved))
+            restore(state_dir / name, out / name, start)
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
     renderer = HFPolicy(model, tok, cfg.temperature, cfg.max_new_tokens)  # prompt ids exactly as rollouts saw them
     source = rollouts or LocalRollouts(model, tok, suite_dir, cfg, budgets)
@@ -286,11 +283,10 @@ def train_rl(
             if monitor.should_stop:
                 raise HackAlarm(monitor.incidents[-1])
             if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
                 log.flush()
                 for name in ("metrics.jsonl", "incidents.jsonl"):
-                    if (out / name).exists():
-                        shutil.copyfile(out / name, state_dir / name)
+                    snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
+                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
     return last
 
 

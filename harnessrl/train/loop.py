@@ -8,8 +8,6 @@ uninterrupted run would have seen: after a resume the loss equals the uninterrup
 from __future__ import annotations
 
 import itertools
-import json
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from pathlib import Path
 import torch
 
 from harnessrl.config import TrainConfig
-from harnessrl.metrics import MetricsWriter, read_metrics
+from harnessrl.metrics import MetricsWriter, restore, snapshot
 from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # input_ids [B, T], labels [B, T] (-100 = not trained)
@@ -83,8 +81,7 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
         next(batches)
     if start and run.rank == 0:  # keep the metrics of the steps the resumed state already holds
         print(f"[{run.tag}] resumed at step {start}/{cfg.steps} from {run.state_dir}", flush=True)
-        saved = read_metrics(run.state_dir / "metrics.jsonl")
-        run.metrics.write_text("".join(json.dumps(m) + "\n" for m in saved if m["step"] <= start))
+        restore(run.state_dir / "metrics.jsonl", run.metrics, start)
     engine.train()
     last: dict = {}
     log = MetricsWriter(run.metrics) if run.rank == 0 else None
@@ -118,10 +115,9 @@ def train(model: torch.nn.Module, batches: Iterator[Batch], cfg: TrainConfig, ru
                     flush=True,
                 )
         if run.state_dir and run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < cfg.steps:
-            save_state(engine, run.state_dir, step + 1)
             if log:
-                log.flush()
-                shutil.copyfile(run.metrics, run.state_dir / "metrics.jsonl")
+                snapshot(run.metrics, run.state_dir / "metrics.jsonl")  # before the state: see `snapshot`
+            save_state(engine, run.state_dir, step + 1)
     if log:
         log.close()
     engine.eval()
