@@ -132,19 +132,23 @@ def bench_async_vs_sync(args: argparse.Namespace, root: Path) -> None:
 
 def bench_weight_sync(root: Path, repeats: int = 10) -> None:
     """(d) The trainer's weights into a running rollout worker: the blob, Ray's transfer and the load
-    in the worker, against writing and reading a safetensors checkpoint file (a filesystem sync)."""
+    in the worker, against writing and reading a safetensors checkpoint file (a filesystem sync); and,
+    where vLLM is installed, into a running vLLM engine in place (no restart)."""
+    import importlib.util
     import statistics
 
     import ray
 
+    from harnessrl.config import EngineConfig
+    from harnessrl.engines.weights import load_weights, weights_blob
     from harnessrl.model.checkpoint import load
-    from harnessrl.rl.fleet import RolloutWorker, load_weights, start_ray, weights_blob
+    from harnessrl.rl.fleet import RolloutWorker, start_ray
 
     base = build_base(root)
     model, _ = load(base["base"])
     start_ray(root / "ray-sync", num_cpus=2)
     try:
-        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, 1)
+        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, EngineConfig(max_model_len=1024), 1)
         ray.get(worker.set_weights.remote(0, weights_blob(model)))  # warm-up
 
         def timed(fn) -> float:
@@ -161,13 +165,26 @@ def bench_weight_sync(root: Path, repeats: int = 10) -> None:
         file_ms = timed(lambda: (path.write_bytes(weights_blob(model)), load_weights(model, path.read_bytes())))
     finally:
         ray.shutdown()
+    vllm_ms = None
+    if importlib.util.find_spec("vllm"):
+        from harnessrl.engines.vllm import VLLMEngine
+
+        engine = VLLMEngine(base["base"], EngineConfig(kind="vllm", max_model_len=1024), "float32", 1.0)
+        try:
+            vllm_ms = timed(lambda: engine.set_weights(1, weights_blob(model)))
+        finally:
+            engine.close()
     params = sum(p.numel() for p in model.parameters())
     print(f"\n== (d) weight sync, {params / 1e6:.2f}M parameters fp32, median of {repeats} ==")
     print(f"{'':<40}{'ms':>10}")
     print(f"{'serialise (safetensors blob)':<40}{blob_ms:>10.1f}")
     print(f"{'publish to a Ray rollout worker':<40}{ray_ms:>10.1f}")
     print(f"{'via a checkpoint file on disk':<40}{file_ms:>10.1f}")
+    if vllm_ms is not None:
+        print(f"{'into a running vLLM engine (in place)':<40}{vllm_ms:>10.1f}")
     print(f"Ray publish / file sync = {ray_ms / file_ms:.2f}x")
+    if vllm_ms is not None:
+        print(f"vLLM in-place sync / file sync = {vllm_ms / file_ms:.2f}x")
 
 
 def main() -> None:

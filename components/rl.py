@@ -2,7 +2,7 @@
 
 from kfp.dsl import Input, Model, Output
 
-from harnessrl.config import RewardConfig, RLConfig
+from harnessrl.config import EngineConfig, RewardConfig, RLConfig
 from harnessrl.data.build import read_jsonl
 from harnessrl.stage import StageContext
 
@@ -11,22 +11,30 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.harness.episode import Budgets
     from harnessrl.model.checkpoint import load, save
-    from harnessrl.rl.loop import check_supported, train_rl
+    from harnessrl.rl.loop import LocalRollouts, check_supported, train_rl
     from harnessrl.tasks import Task
 
     cfg = config_cls.model_validate(ctx.cfg["stage"])
-    check_supported(cfg, ctx.cfg["engine"]["kind"], tag)
-    model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
+    engine = EngineConfig.model_validate(ctx.cfg["engine"])
+    check_supported(engine.kind)
+    dtype = ctx.cfg["model"]["dtype"]
+    model, tok = load(ctx.parent, dtype)
     # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.
-    reference = load(ctx.parent, ctx.cfg["model"]["dtype"])[0].eval() if cfg.kl_coef > 0 else None
+    reference = load(ctx.parent, dtype)[0].eval() if cfg.kl_coef > 0 else None
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
     budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
-    rollouts = None  # sync: the trainer's own model generates, in this process
     if cfg.mode == "async":
         from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
 
         ray_dir = ctx.out.parent / ".ray"  # Ray's files next to the output, not in ~/.ray or /tmp/ray
-        rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, ctx.cfg["model"]["dtype"])
+        rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, engine, dtype)
+    elif engine.kind == "vllm":  # sync on vLLM: the engine gets the trainer's weights after every step
+        from harnessrl.engines.vllm import VLLMEngine
+
+        vllm = VLLMEngine(ctx.parent, engine, dtype, cfg.temperature, ctx.cfg["seed"])
+        rollouts = LocalRollouts(model, tok, ctx.data_dir, cfg, budgets, vllm)
+    else:  # sync on hf: the trainer's own model generates, in this process
+        rollouts = LocalRollouts(model, tok, ctx.data_dir, cfg, budgets)
     try:
         last = train_rl(
             model,
@@ -44,8 +52,7 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
             rollouts=rollouts,
         )
     finally:
-        if rollouts is not None:
-            rollouts.close()  # the fleet's actors and Ray itself, also when training fails
+        rollouts.close()  # the fleet's actors and Ray, or the vLLM engine, also when training fails
     save(model, tok, ctx.out)
     return {
         "reward": last["reward"],

@@ -70,3 +70,18 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     data = build(cfg.data, root / "data")
     run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, str(root / "base"))
     return {"root": root, "data": data, "base": root / "base"}
+
+
+@pytest.fixture
+def answer_length_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The untrained base model answers every task at once, wrongly and at full length, so every
+    shaped component ties within a group and no update would happen. A deterministic extra component
+    (the answer's length in characters) gives nonzero advantages, so these tests train for real."""
+    from harnessrl.rl import loop
+
+    real = loop.reward_components
+
+    def with_length(traj, weights, questions_needed=0):
+        return real(traj, weights, questions_needed) | {"length": len(traj.outcome.final_answer or "") / 100}
+
+    monkeypatch.setattr(loop, "reward_components", with_length)

@@ -17,25 +17,10 @@ from harnessrl.rewards.monitors import HackAlarm, read_incidents
 from harnessrl.stage import run_stage
 from tests.conftest import SMOKE, needs_bwrap
 
-pytestmark = needs_bwrap
+pytestmark = [needs_bwrap, pytest.mark.usefixtures("answer_length_reward")]
 
 
 VARIED = ["stages.rl.monitors.warmup_steps=0"]
-
-
-@pytest.fixture(autouse=True)
-def answer_length_reward(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The untrained base model answers every task at once, wrongly and at full length, so every
-    shaped component ties within a group and no update would happen. A deterministic extra component
-    (the answer's length in characters) gives nonzero advantages, so these tests train for real."""
-    from harnessrl.rl import loop
-
-    real = loop.reward_components
-
-    def with_length(traj, weights, questions_needed=0):
-        return real(traj, weights, questions_needed) | {"length": len(traj.outcome.final_answer or "") / 100}
-
-    monkeypatch.setattr(loop, "reward_components", with_length)
 
 
 def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> Path:

@@ -60,3 +60,27 @@ def generate(
         end = next((i + 1 for i, t in enumerate(row) if t in stop), len(row))
         completions.append(Completion(row[:end], lp[:end]))
     return completions
+
+
+class HFEngine:
+    """The `hf` engine behind the rollout-engine interface the `vllm` engine also has:
+    `generate(requests, seed)` and `set_weights(version, blob)`."""
+
+    def __init__(self, model: PreTrainedModel, tok, temperature: float) -> None:
+        self.model, self.tok, self.temperature = model, tok, temperature
+        self.version = 0
+        model.eval()
+
+    def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
+        """One completion per (prompt ids, room) request, each at most `room` tokens long."""
+        out = generate(
+            self.model, self.tok, [p for p, _ in requests], max(r for _, r in requests), self.temperature, seed
+        )
+        return [Completion(c.token_ids[:room], c.logprobs[:room]) for c, (_, room) in zip(out, requests, strict=True)]
+
+    def set_weights(self, version: int, blob: bytes) -> int:
+        from harnessrl.engines.weights import load_weights
+
+        load_weights(self.model, blob)
+        self.version = version
+        return version

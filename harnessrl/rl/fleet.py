@@ -2,9 +2,10 @@
 
 Three kinds of process:
 
-- `RolloutWorker` (actor): a copy of the policy. `set_weights(version, blob)` loads the trainer's
-  weights (a safetensors blob of its state dict); `generate(requests, seed)` samples one batch with
-  the `hf` engine. Every completion carries the version of the weights that produced it.
+- `RolloutWorker` (actor): a copy of the policy in a rollout engine, `hf` or `vllm`.
+  `set_weights(version, blob)` loads the trainer's weights (a safetensors blob of its state dict) in
+  place; `generate(requests, seed)` samples one batch. Every completion carries the version of the
+  weights that produced it.
 - `EnvWorker` (threaded actor): runs whole groups of sandboxed episodes in the harness. The episodes
   of a group run in lockstep (LockstepBatcher), so each turn of the whole group is one remote
   `generate` call; many groups run at once, each in its own actor thread.
@@ -32,13 +33,12 @@ from typing import Any
 
 import ray
 import torch
-from safetensors.torch import load as load_blob
-from safetensors.torch import save as save_blob
 from torch import nn
 
-from harnessrl.config import RLConfig
+from harnessrl.config import EngineConfig, RLConfig
 from harnessrl.engines.batched import LockstepBatcher
-from harnessrl.engines.hf import Completion, generate
+from harnessrl.engines.hf import Completion
+from harnessrl.engines.weights import weights_blob
 from harnessrl.harness.episode import Budgets, Trajectory
 from harnessrl.rl.loop import Rollout
 from harnessrl.tasks import Task, run_task
@@ -48,42 +48,6 @@ UID_LIMIT = 65534  # `nobody`: the sandbox uids of concurrent episodes stay belo
 # Ray puts unix sockets under its temp dir (<dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 65
 # bytes past it), and a socket path may be at most 107 bytes: a deeper dir gets a short temp dir instead.
 RAY_DIR_MAX = 40
-
-
-# ----------------------------------------------------------------------------- weights
-
-
-def _unique_names(state: dict[str, torch.Tensor]) -> list[str]:
-    """State-dict names with tied tensors once (the first name, as HF saves them: the input
-    embedding, not the tied lm_head)."""
-    seen: set[tuple[int, tuple[int, ...]]] = set()
-    names = []
-    for name, t in state.items():
-        key = (t.data_ptr(), tuple(t.shape))
-        if key not in seen:
-            seen.add(key)
-            names.append(name)
-    return names
-
-
-def weights_blob(model: nn.Module) -> bytes:
-    """The model's state dict as safetensors bytes, tied tensors once (safetensors refuses aliases)."""
-    state = model.state_dict()
-    return save_blob({n: state[n].detach().cpu().contiguous() for n in _unique_names(state)})
-
-
-def load_weights(model: nn.Module, blob: bytes) -> None:
-    """Load `weights_blob` bytes into `model` in place. Only tied names may be missing (they share
-    the loaded tensor); anything else missing or unknown is an error, not a silent partial load."""
-    state = model.state_dict()
-    tied = set(state) - set(_unique_names(state))
-    weights = load_blob(blob)
-    untied = sorted(tied & set(weights))  # the sender's model has its own tensor where this one shares one
-    missing = sorted(set(state) - tied - set(weights))
-    unknown = sorted(set(weights) - set(state))
-    if untied or missing or unknown:
-        raise ValueError(f"weights do not match the model: missing {missing}, unknown {unknown}, untied {untied}")
-    model.load_state_dict(weights, strict=False)
 
 
 # ----------------------------------------------------------------------------- actors
@@ -96,33 +60,31 @@ class VersionedCompletion(Completion):
 
 @ray.remote
 class RolloutWorker:
-    """A copy of the policy that samples batches. One call at a time: new weights land between batches."""
+    """A copy of the policy in a rollout engine (`hf` or `vllm`, by `engine.kind`) that samples
+    batches. One call at a time: new weights land between batches."""
 
-    def __init__(self, model_path: str, dtype: str, temperature: float, threads: int | None = None) -> None:
-        from harnessrl.model.checkpoint import load
-
+    def __init__(
+        self, model_path: str, dtype: str, temperature: float, engine: EngineConfig, threads: int | None = None
+    ) -> None:
         if threads:
             torch.set_num_threads(threads)
-        self.model, self.tok = load(model_path, dtype)
-        self.model.eval()
-        self.temperature = temperature
-        self.version = 0  # the checkpoint it loaded; the trainer publishes its own version before any rollout
+        if engine.kind == "vllm":
+            from harnessrl.engines.vllm import VLLMEngine
+
+            self.engine = VLLMEngine(model_path, engine, dtype, temperature)
+        else:
+            from harnessrl.engines.hf import HFEngine
+            from harnessrl.model.checkpoint import load
+
+            self.engine = HFEngine(*load(model_path, dtype), temperature)
 
     def set_weights(self, version: int, blob: bytes) -> int:
-        load_weights(self.model, blob)
-        self.version = version
-        return version
+        return self.engine.set_weights(version, blob)
 
-    def generate(
-        self, requests: list[tuple[list[int], int]], seed: int, temperature: float | None = None
-    ) -> list[tuple[list[int], list[float], int]]:
+    def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[tuple[list[int], list[float], int]]:
         """(token ids, logprobs, version) per (prompt ids, room) request, each at most `room` tokens."""
-        t = self.temperature if temperature is None else temperature
-        longest = max(room for _, room in requests)
-        out = generate(self.model, self.tok, [p for p, _ in requests], longest, t, seed)
-        return [
-            (c.token_ids[:room], c.logprobs[:room], self.version) for c, (_, room) in zip(out, requests, strict=True)
-        ]
+        version = self.engine.version  # calls run one at a time: no new weights land during this batch
+        return [(c.token_ids, c.logprobs, version) for c in self.engine.generate(requests, seed)]
 
 
 class Stopped(RuntimeError):
@@ -224,6 +186,7 @@ class RayRollouts:
         cfg: RLConfig,
         budgets: Budgets,
         ray_dir: Path | str,
+        engine: EngineConfig,
         dtype: str = "float32",
         threads: int | None = 1,
         rollout_options: dict[str, Any] | None = None,
@@ -245,7 +208,9 @@ class RayRollouts:
                 f"sandbox uids than {BASE_UID}..{UID_LIMIT} holds"
             )
         self.rollout_workers = [
-            RolloutWorker.options(**(rollout_options or {})).remote(str(model_path), dtype, cfg.temperature, threads)
+            RolloutWorker.options(**(rollout_options or {})).remote(
+                str(model_path), dtype, cfg.temperature, engine, threads
+            )
             for _ in range(cfg.rollout_workers)
         ]
         self.env_workers = [

