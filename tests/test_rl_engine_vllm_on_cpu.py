@@ -65,6 +65,16 @@ def test_sampled_logprobs_are_the_trainers_under_the_same_temperature(
         assert lp.tolist() == pytest.approx(c.logprobs, abs=1e-4)
 
 
+def test_a_batch_past_one_scheduler_step_samples_seeded(engine: VLLMEngine) -> None:
+    """More prompt tokens than one scheduler step takes (8192): on CPU a chunked prefill of a seeded
+    request used to kill vLLM's worker ('CPU Generator does not use offset'); whole prompts now."""
+    g = torch.Generator().manual_seed(0)  # distinct prompts, so the prefix cache cannot shrink the prefill
+    requests = [(torch.randint(8, 1000, (150 + k,), generator=g).tolist(), 8) for k in range(50)]  # ~8,700 tokens
+    out = engine.generate(requests, seed=3)
+    assert len(out) == 50 and all(0 < len(c.token_ids) <= 8 for c in out)
+    assert [c.token_ids for c in engine.generate(requests, seed=3)] == [c.token_ids for c in out]
+
+
 def test_weights_sync_in_place_tied_embeddings_included(engine: VLLMEngine, tiny_base: dict[str, Path]) -> None:
     model, tok = load(tiny_base["base"])
     llm = engine.llm

@@ -59,6 +59,7 @@ class VLLMEngine:
 
         from harnessrl.model.tokenizer import EOS, IM_END
 
+        gpu = torch.cuda.is_available()
         self.temperature = temperature
         self.version = 0  # the checkpoint's weights; the trainer publishes its own before any rollout
         self.llm = LLM(
@@ -70,7 +71,11 @@ class VLLMEngine:
             tensor_parallel_size=cfg.tensor_parallel_size,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             # CUDA graphs speed up GPU decoding; on CPU they don't exist and compiling costs start-up time.
-            enforce_eager=not torch.cuda.is_available(),
+            enforce_eager=not gpu,
+            # On CPU, a chunked prefill of a seeded request crashes the worker (vLLM rewinds the
+            # request's generator offset, which CPU generators lack): prefill whole prompts there.
+            enable_chunked_prefill=gpu,
+            max_num_batched_tokens=None if gpu else max(cfg.max_model_len, 8192),
             logprobs_mode="processed_logprobs",
             worker_extension_cls=f"{__name__}.WeightSync",
             skip_tokenizer_init=False,
