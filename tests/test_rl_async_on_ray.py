@@ -117,6 +117,39 @@ def test_the_async_stage_trains_within_its_staleness_bound(
     assert set(sync[0]) == set(rows[0]) == set(fresh[0])  # one loop, two rollout sources: the same metrics
 
 
+@needs_bwrap
+@pytest.mark.usefixtures("answer_length_reward")
+def test_a_crashed_async_run_resumes_from_its_saved_state(
+    ray_session, tiny_base: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Async runs resume too: groups in flight at the crash are lost (the fleet is closed), the saved
+    steps are kept once, and the new fleet gets the resumed weights before any rollout."""
+    from harnessrl.rl import loop
+
+    args = ("stages.rl.mode=async", "stages.rl.steps=3", "stages.rl.checkpoint_every=1",
+            "stages.rl.monitors.unsupported_answer_max=null")  # fmt: skip
+    real, calls = loop.update, []
+
+    def crash_in_third_update(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")  # as a kill would: mid-step, after two saved steps
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "update", crash_in_third_update)
+    with pytest.raises(KeyboardInterrupt):
+        rl_stage(tiny_base, tmp_path / "rl", *args)
+    assert (tmp_path / "rl.state" / "latest").read_text() == "step2"
+    assert not (tmp_path / "rl").exists()
+
+    monkeypatch.setattr(loop, "update", real)
+    rows = rl_stage(tiny_base, tmp_path / "rl", *args)
+    assert [r["step"] for r in rows] == [1, 2, 3]  # nothing lost or doubled
+    assert rows[-1]["policy_version"] == 3 and rows[-1]["trained_tokens"] > 0
+    assert rows[-1]["staleness"] <= 1  # step 3's rollouts came from the resumed weights (version 2) or later
+    assert (tmp_path / "rl" / "model.safetensors").is_file() and not (tmp_path / "rl.state").exists()
+
+
 def test_sync_rl_does_not_import_ray() -> None:
     code = "import sys, components.rl, harnessrl.rl.loop; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
