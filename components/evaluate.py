@@ -8,12 +8,13 @@ gates judge each checkpoint against its parent, and a failed gate fails the stag
 
 from kfp.dsl import Artifact, Input, Model, Output
 
-from harnessrl.config import EvalConfig
+from harnessrl.config import EngineConfig, EvalConfig
 from harnessrl.lineage.manifest import chain
 from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    from harnessrl.engines.vllm import check_installed
     from harnessrl.report.build import build_report, checkpoint_result, incident_rows, training_rows
     from harnessrl.report.episodes import checkpoint_rows
     from harnessrl.report.gates import GateFailed, check_gates, failure_message
@@ -21,6 +22,8 @@ def work(ctx: StageContext) -> dict:
     from harnessrl.report.write import write_report
 
     cfg = EvalConfig.model_validate(ctx.cfg["stage"])
+    engine = EngineConfig.model_validate(ctx.cfg["engine"])  # the engine RL rolled out with
+    check_installed(engine.kind)
     tasks = load_heldout(ctx.data_dir, cfg.suites, cfg.num_tasks)
     lineage = list(reversed(chain(ctx.parent)))  # base first
     results, episodes = [], []
@@ -28,7 +31,7 @@ def work(ctx: StageContext) -> dict:
         stage, ckpt = manifest["stage"], manifest["id"]
         rows = [
             {"stage": stage, "checkpoint": ckpt} | r
-            for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, ctx.cfg["model"]["dtype"])
+            for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, ctx.cfg["model"]["dtype"], engine)
         ]
         res = checkpoint_result(stage, ckpt, manifest.get("manifest_hash"), str(path), rows, cfg)
         results.append(res)

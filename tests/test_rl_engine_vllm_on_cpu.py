@@ -111,3 +111,20 @@ def test_the_rl_stage_trains_on_vllm_rollouts(tiny_base: dict[str, Path], tmp_pa
         # trainer logprobs agree, so the importance weights are 1 up to float error, never truncated.
         assert r["tis/weight"] == pytest.approx(1.0, abs=1e-3) and r["tis/truncated_frac"] == 0.0
     assert (out / "model.safetensors").is_file()
+
+
+@needs_bwrap
+def test_eval_on_vllm_gives_the_hf_engines_episodes(tiny_base: dict[str, Path], tmp_path: Path) -> None:
+    """`harnessrl eval --engine vllm`, greedy: the same held-out episodes, row by row, as on `hf`."""
+    from harnessrl.data.build import read_jsonl
+    from tests.conftest import run_cli
+
+    args = ["--checkpoint", str(tiny_base["base"]), "--suite", "lookup", "--num-tasks", "6", "--max-turns", "2",
+            "--max-new-tokens", "16"]  # fmt: skip
+    rows = {}
+    for kind in ("hf", "vllm"):
+        assert run_cli("eval", *args, "--engine", kind, "-o", str(tmp_path / kind)) == 0
+        rows[kind] = [
+            {k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / kind / "episodes.jsonl")
+        ]
+    assert len(rows["hf"]) == 6 and rows["vllm"] == rows["hf"]

