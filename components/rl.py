@@ -41,16 +41,14 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
             model,
             tok,
             tasks,
-            ctx.data_dir,
             cfg,
             RewardConfig.model_validate(ctx.cfg["reward"]),
             ctx.out,
             tag,
             ctx.cfg["seed"],
-            budgets,
+            rollouts,
             state_dir=ctx.state_dir,
             reference=reference,
-            rollouts=rollouts,
         )
     finally:
         rollouts.close()  # the fleet's actors and Ray, or the vLLM engine, also when training fails

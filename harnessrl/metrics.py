@@ -19,9 +19,6 @@ class MetricsWriter:
         self._f.write(json.dumps({"time": round(time.time(), 3), **row}) + "\n")
         self._f.flush()
 
-    def flush(self) -> None:
-        self._f.flush()
-
     def close(self) -> None:
         self._f.close()
 

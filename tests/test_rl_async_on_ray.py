@@ -79,11 +79,11 @@ def test_a_rollout_worker_generates_what_the_trainer_would_after_each_sync(
     def both(version: int) -> tuple:
         model.eval()
         assert ray.get(worker.set_weights.remote(version, ray.put(weights_blob(model)))) == version
-        (ids, lps, v), *_ = ray.get(worker.generate.remote([(prompt, 16)], 0))
+        (theirs,) = ray.get(worker.generate.remote([(prompt, 16)], 0))
         (mine,) = generate(model, tok, [prompt], 16, 0.0, 0)
-        assert v == version and ids == mine.token_ids
-        assert lps == pytest.approx(mine.logprobs, abs=1e-4)
-        return ids, lps
+        assert theirs.version == version and theirs.token_ids == mine.token_ids
+        assert theirs.logprobs == pytest.approx(mine.logprobs, abs=1e-4)
+        return theirs.token_ids, theirs.logprobs
 
     try:
         perturb(model, seed=1)  # the worker loaded the checkpoint: only a real sync makes these agree

@@ -86,6 +86,7 @@ def test_weights_sync_in_place_tied_embeddings_included(engine: VLLMEngine, tiny
             assert engine.set_weights(version, weights_blob(model)) == version == engine.version
             for p, c in zip(prompts(tok), engine.generate([(p, 16) for p in prompts(tok)], 0), strict=True):
                 assert c.token_ids == generate(model, tok, [p], 16, 0.0, 0)[0].token_ids
+                assert c.version == version  # each completion names the weights that sampled it
         assert engine.llm is llm  # the same engine throughout: no restart
     finally:
         engine.temperature = 0.7

@@ -6,10 +6,11 @@ ones are still running tools), the batcher samples all of them in one batch, in 
 batch is thus the same set in the same order on every run, so seeded sampling gives the same
 trajectories, while generation costs one batched call per turn instead of one per episode.
 
-Generation is pluggable (`generate_fn`): by default the local model samples; the async fleet
-(harnessrl/rl/fleet.py) sends each batch to a remote rollout worker instead. A completion that
-carries a `version` (the policy weights that produced it) is recorded: `versions[slot]` is the oldest
-version any turn of that episode was sampled with.
+Generation is pluggable (`generate_fn`, a rollout engine's `generate`): by default the local model
+samples through the `hf` engine; a vLLM engine or the async fleet's remote rollout workers
+(harnessrl/rl/fleet.py) can sample instead. A completion's `version` (the policy weights that
+produced it) is recorded: `versions[slot]` is the oldest version any turn of that episode was
+sampled with.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from harnessrl.engines.hf import Completion, generate
+from harnessrl.engines.hf import Completion, HFEngine
 from harnessrl.engines.policy import HFPolicy
 from harnessrl.harness.episode import AssistantTurn
 
@@ -34,7 +35,7 @@ class LockstepBatcher:
     ) -> None:
         self.single = HFPolicy(model, tok, temperature, max_new_tokens, seed)  # rendering, stop ids, context
         self.seed = seed
-        self.generate_fn = generate_fn or self._local_generate
+        self.generate_fn = generate_fn or HFEngine(model, tok, temperature).generate
         self.versions: dict[int, int] = {}  # slot -> oldest policy version of its turns (versioned completions)
         self._cv = threading.Condition()
         self._live: set[int] = set()
@@ -100,10 +101,6 @@ class LockstepBatcher:
                 self.versions[i] = min(v, self.versions.get(i, v))
         self._cv.notify_all()
 
-    def _local_generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
-        s = self.single
-        return generate(s.model, s.tok, [p for p, _ in requests], max(r for _, r in requests), s.temperature, seed)
-
     def _generate(self, requests: list[tuple[list[int], int]]) -> tuple[list[AssistantTurn], list[int | None]]:
         out = [AssistantTurn(text="", token_ids=[], logprobs=[]) for _ in requests]
         versions: list[int | None] = [None] * len(requests)
@@ -116,5 +113,5 @@ class LockstepBatcher:
                 ids, lps = c.token_ids[:room], c.logprobs[:room]  # each request keeps to its own budget
                 body = ids[:-1] if ids and ids[-1] in self.single._stop else ids
                 out[k] = AssistantTurn(text=self.single.tok.decode(body), token_ids=ids, logprobs=lps)
-                versions[k] = getattr(c, "version", None)
+                versions[k] = c.version
         return out, versions

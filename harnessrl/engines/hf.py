@@ -19,6 +19,7 @@ from harnessrl.model.tokenizer import EOS, IM_END
 class Completion:
     token_ids: list[int]  # ends with the end-of-turn token when the model emitted one
     logprobs: list[float]  # one per token
+    version: int | None = None  # the policy version whose weights sampled it, where an engine tracks one
 
 
 @torch.no_grad()
@@ -76,7 +77,10 @@ class HFEngine:
         out = generate(
             self.model, self.tok, [p for p, _ in requests], max(r for _, r in requests), self.temperature, seed
         )
-        return [Completion(c.token_ids[:room], c.logprobs[:room]) for c, (_, room) in zip(out, requests, strict=True)]
+        return [
+            Completion(c.token_ids[:room], c.logprobs[:room], self.version)
+            for c, (_, room) in zip(out, requests, strict=True)
+        ]
 
     def set_weights(self, version: int, blob: bytes) -> int:
         from harnessrl.engines.weights import load_weights

@@ -122,11 +122,11 @@ class VLLMEngine:
             c = out.outputs[0]
             ids = list(c.token_ids)
             lps = [step[t].logprob for t, step in zip(ids, c.logprobs, strict=True)]
-            completions.append(Completion(ids, lps))
+            completions.append(Completion(ids, lps, self.version))
         return completions
 
     def set_weights(self, version: int, blob: bytes) -> int:
-        """Load the trainer's weights (harnessrl.rl.fleet.weights_blob bytes) in place."""
+        """Load the trainer's weights (harnessrl.engines.weights.weights_blob bytes) in place."""
         self.llm.collective_rpc("load_blob", args=(blob,))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self.version = version

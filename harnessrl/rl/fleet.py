@@ -26,7 +26,6 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -53,11 +52,6 @@ RAY_DIR_MAX = 40
 # ----------------------------------------------------------------------------- actors
 
 
-@dataclass(frozen=True)
-class VersionedCompletion(Completion):
-    version: int = 0  # the policy version whose weights sampled it
-
-
 @ray.remote
 class RolloutWorker:
     """A copy of the policy in a rollout engine (`hf` or `vllm`, by `engine.kind`) that samples
@@ -81,10 +75,10 @@ class RolloutWorker:
     def set_weights(self, version: int, blob: bytes) -> int:
         return self.engine.set_weights(version, blob)
 
-    def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[tuple[list[int], list[float], int]]:
-        """(token ids, logprobs, version) per (prompt ids, room) request, each at most `room` tokens."""
-        version = self.engine.version  # calls run one at a time: no new weights land during this batch
-        return [(c.token_ids, c.logprobs, version) for c in self.engine.generate(requests, seed)]
+    def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
+        """One completion per (prompt ids, room) request, at most `room` tokens, with the version of
+        the weights that sampled it (calls run one at a time: no new weights land during a batch)."""
+        return self.engine.generate(requests, seed)
 
 
 class Stopped(RuntimeError):
@@ -128,8 +122,7 @@ class EnvWorker:
         def remote_generate(requests: list[tuple[list[int], int]], s: int) -> list[Completion]:
             if self._stopping.is_set():
                 raise Stopped("the rollout fleet is closing")
-            rows = ray.get(worker.generate.remote(requests, s))
-            return [VersionedCompletion(ids, lps, v) for ids, lps, v in rows]
+            return ray.get(worker.generate.remote(requests, s))
 
         batcher = LockstepBatcher(
             self.shape, self.tok, self.cfg.temperature, self.cfg.max_new_tokens, seed, remote_generate

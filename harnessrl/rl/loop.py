@@ -175,20 +175,17 @@ def train_rl(
     model: nn.Module,
     tok,
     tasks: list[Task],
-    suite_dir: Path,
     cfg: RLConfig,
     reward: RewardConfig,
     out: Path,
     tag: str,
     seed: int,
-    budgets: Budgets,
+    rollouts,  # LocalRollouts or fleet.RayRollouts (the sandboxed episodes): submit, ready, publish
     state_dir: Path | None = None,
     reference: nn.Module | None = None,
-    rollouts=None,
 ) -> dict:
     """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
-    `rollouts` is where episodes come from: LocalRollouts (sync, the default) or the Ray fleet, which
-    its creator closes."""
+    `rollouts` is where episodes come from: LocalRollouts (sync) or the Ray fleet; its creator closes it."""
     from harnessrl.train import distributed
 
     distributed.setup()
@@ -203,8 +200,7 @@ def train_rl(
             restore(state_dir / name, out / name, start)
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
     renderer = HFPolicy(model, tok, cfg.temperature, cfg.max_new_tokens)  # prompt ids exactly as rollouts saw them
-    source = rollouts or LocalRollouts(model, tok, suite_dir, cfg, budgets)
-    source.publish(start, model)
+    rollouts.publish(start, model)
     # Sync keeps one step's groups in flight; async keeps enough that generation never waits for the
     # trainer, and no more than the staleness bound lets the trainer use.
     target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
@@ -218,10 +214,10 @@ def train_rl(
             while len(groups) < cfg.prompts_per_step:
                 while in_flight < target:
                     for task in rng.sample(tasks, min(cfg.prompts_per_step, len(tasks))):
-                        source.submit(task, seed * 10_007 + batches)
+                        rollouts.submit(task, seed * 10_007 + batches)
                         in_flight += 1
                     batches += 1
-                for g in source.ready(cfg.prompts_per_step - len(groups)):
+                for g in rollouts.ready(cfg.prompts_per_step - len(groups)):
                     in_flight -= 1
                     if step - min(r.version for r in g) > cfg.max_staleness:
                         dropped += 1  # too old to correct: the bound is a promise, not a hint
@@ -244,7 +240,7 @@ def train_rl(
             ]
             stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
             model.eval()
-            source.publish(step + 1, model)
+            rollouts.publish(step + 1, model)
 
             n = len(trajs)
             turns = sum(tr.counts.turns for tr in trajs)
@@ -285,7 +281,6 @@ def train_rl(
             if monitor.should_stop:
                 raise HackAlarm(monitor.incidents[-1])
             if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                log.flush()
                 for name in ("metrics.jsonl", "incidents.jsonl"):
                     snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
                 save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
