@@ -74,6 +74,14 @@ class DataConfig(Strict):
     num_sft: int = Field(gt=0, description="tool-call conversations for SFT")
     num_prompts: int = Field(gt=0, description="RL prompts")
     num_heldout: int = Field(gt=0, description="held-out eval prompts")
+    guess_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of 'what is the value' SFT conversations where the teacher answers 0 without "
+        "looking (always wrong): an imperfect expert, as real ones are, whose habit SFT copies and only "
+        "RL's outcome reward can correct",
+    )
 
 
 # ----------------------------------------------------------------------------- stages
@@ -221,9 +229,9 @@ class RewardConfig(Strict):
 
     outcome: float = 1.0
     malformed: float = Field(-1.0, le=0, description="per malformed turn: an explicit negative")
-    turns: float = Field(-0.02, le=0, description="per turn")
-    tokens: float = Field(0.0, le=0, description="per 1k generated tokens")
-    parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel")
+    turns: float = Field(-0.02, le=0, description="per turn of a solved task")
+    tokens: float = Field(0.0, le=0, description="per 1k generated tokens of a solved task")
+    parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel, of a solved task")
     clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
 
 

@@ -63,3 +63,22 @@ def test_prompt_rows_run_as_episodes(data):
 
 def give_up(messages, tools, max_tokens):
     return AssistantTurn(text="no idea")
+
+
+def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_path):
+    if sb._bwrap_path() is None or not sb._bwrap_works():
+        pytest.skip("bubblewrap missing or cannot create namespaces")
+    data = build(CFG.model_copy(update={"guess_share": 0.5, "num_sft": 64}), tmp_path / "data")
+    guessed, looked = [], []
+    for row in read_jsonl(data / "sft.jsonl"):
+        m = row["messages"]
+        (guessed if len(m) == 3 else looked).append(m)
+    assert guessed and looked
+    for m in guessed:  # one answer, no call
+        assert m[1]["content"].startswith("What is the value of") and m[2] == {"role": "assistant", "content": "0"}
+    assert all(m[2]["content"].startswith("<tool_call>") for m in looked)
+    assert any(m[1]["content"].startswith("What is the value") for m in looked)  # a coin per task, not per kind
+    # build() refuses a right guess; check the checker's verdict directly too
+    tasks = {t.instruction: t for t in (Task.model_validate(r) for r in read_jsonl(data / "tasks" / "train.jsonl"))}
+    for m in guessed[:4]:
+        assert run_task(tasks[m[1]["content"]], data, lambda *_: AssistantTurn(text="0")).outcome.success is False

@@ -43,22 +43,33 @@ def build(cfg: DataConfig, out: Path) -> Path:
                                "source": None, "counts": counts})  # fmt: skip
 
         sft = _take(rng, tasks["train"], cfg.num_sft)
-        _jsonl(tmp / "sft.jsonl", [{"messages": m} for m in _expert_messages(sft, tmp)])
+        _jsonl(tmp / "sft.jsonl", [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share)])
         _jsonl(tmp / "prompts.jsonl", [_row(t) for t in _take(rng, tasks["train"], cfg.num_prompts)])
         _jsonl(tmp / "heldout.jsonl", [_row(t) for t in _take(rng, tasks["heldout"], cfg.num_heldout)])
     return out
 
 
-def _expert_messages(tasks: list[Task], suite_dir: Path) -> list[list[dict]]:
+def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> list[list[dict]]:
     """The expert's conversation for each task, each distinct task run once in the sandboxed harness.
-    A failed episode is a bug in the generator or the expert, never data: it stops the build."""
+    A failed episode is a bug in the generator or the expert, never data: it stops the build. The
+    exception is a guessed task (guessed_tasks), which must fail: a right guess would be luck."""
     unique = list({t.id: t for t in tasks}.values())
-    trajectories = {tr.task_id: tr for tr in expert_trajectories(unique, suite_dir, workers=4)}
-    failed = [i for i, tr in trajectories.items() if not tr.outcome.success]
+    guessed = guessed_tasks(unique, guess_share)
+    trajectories = {tr.task_id: tr for tr in expert_trajectories(unique, suite_dir, workers=4, guessed=guessed)}
+    failed = [i for i, tr in trajectories.items() if tr.outcome.success == (i in guessed)]
     if failed:
-        raise RuntimeError(f"the expert failed {len(failed)} lookup tasks, e.g. {failed[0]}: "
+        raise RuntimeError(f"the expert's episode went wrong on {len(failed)} lookup tasks (a script failed, "
+                           f"or a guess was right), e.g. {failed[0]}: "
                            f"{trajectories[failed[0]].outcome.details}")  # fmt: skip
     return [trajectories[t.id].messages for t in tasks]
+
+
+def guessed_tasks(tasks: list[Task], share: float) -> frozenset[str]:
+    """The value tasks whose SFT conversation is the teacher's guess: each task's own coin, so the
+    choice does not depend on which other tasks were drawn, and the model cannot tell them apart."""
+    return frozenset(
+        t.id for t in tasks if t.solution.kind == "value" and random.Random(f"guess-{t.id}").random() < share
+    )
 
 
 def _row(task: Task) -> dict:

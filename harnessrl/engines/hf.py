@@ -7,10 +7,12 @@ for its importance-sampling correction.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from harnessrl.model.tokenizer import EOS, IM_END
 
@@ -22,13 +24,28 @@ class Completion:
     version: int | None = None  # the policy version whose weights sampled it, where an engine tracks one
 
 
+def stop_ids(tok) -> list[int]:
+    stop = [tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)]
+    return [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
+
+
 @torch.no_grad()
 def generate(
-    model: PreTrainedModel, tok, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int
+    model: PreTrainedModel,
+    tok,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    interrupt: Callable[[], bool] | None = None,
 ) -> list[Completion]:
-    """One completion per prompt; greedy when temperature == 0."""
-    stop = [tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)]
-    stop = [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
+    """One completion per prompt; greedy when temperature == 0.
+
+    A plain decode loop over HF's KV cache. It samples exactly what `model.generate` would (the same
+    positions, temperature scaling, softmax and one multinomial draw per row per step, finished rows
+    included), with less work per token. After each token it asks `interrupt()` whether to end the
+    batch there, leaving every unfinished completion where it is."""
+    stop = torch.tensor(stop_ids(tok))
     pad = tok.pad_token_id
     width = max(map(len, prompts))
     # Left padding keeps every prompt's last token at the same position for batched decoding.
@@ -37,54 +54,114 @@ def generate(
     for i, p in enumerate(prompts):
         x[i, width - len(p) :] = torch.tensor(p)
         attn[i, width - len(p) :] = 1
-    sampling = temperature > 0
+    position = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 1)
+    cache = DynamicCache()
     torch.manual_seed(seed)
-    out = model.generate(
-        input_ids=x,
-        attention_mask=attn,
-        max_new_tokens=max_new_tokens,
-        do_sample=sampling,
-        temperature=temperature if sampling else None,
-        top_k=0 if sampling else None,
-        top_p=1.0 if sampling else None,
-        eos_token_id=stop,
-        pad_token_id=pad,
-        return_dict_in_generate=True,
-        output_scores=True,
-    )
-    new = out.sequences[:, width:]
-    # scores[t] are the logits after temperature: exactly the distribution token t was drawn from.
-    logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
-    chosen = logp.gather(2, new[:, : logp.shape[1], None]).squeeze(2)
+    out = model(input_ids=x, attention_mask=attn, position_ids=position, past_key_values=cache, logits_to_keep=1)
+    position = position[:, -1:]
+    done = torch.zeros(len(prompts), dtype=torch.bool)
+    tokens, logprobs = [], []
+    for step in range(max_new_tokens):
+        scores = out.logits[:, -1].float()
+        if temperature > 0:
+            scores = scores / temperature  # the distribution the token is drawn from
+            token = torch.multinomial(torch.softmax(scores, dim=-1), 1).squeeze(1)
+        else:
+            token = scores.argmax(dim=-1)
+        logprobs.append(torch.log_softmax(scores, dim=-1).gather(1, token[:, None]).squeeze(1))
+        token = token.masked_fill(done, pad)
+        tokens.append(token)
+        done |= torch.isin(token, stop)
+        if done.all() or step == max_new_tokens - 1 or (interrupt is not None and interrupt()):
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        position = position + 1
+        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=position, past_key_values=cache)
+    stops = set(stop.tolist())
     completions = []
-    for row, lp in zip(new.tolist(), chosen.tolist(), strict=True):
-        end = next((i + 1 for i, t in enumerate(row) if t in stop), len(row))
+    for row, lp in zip(torch.stack(tokens, 1).tolist(), torch.stack(logprobs, 1).tolist(), strict=True):
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
         completions.append(Completion(row[:end], lp[:end]))
     return completions
 
 
 class HFEngine:
     """The `hf` engine behind the rollout-engine interface the `vllm` engine also has:
-    `generate(requests, seed)` and `set_weights(version, blob)`."""
+    `generate(requests, seed)` and `set_weights(version, blob)`.
+
+    Weights may arrive during a batch (set_weights from another thread; the rollout actor gives it
+    its own). They interrupt the batch at the next token: the engine loads them and continues every
+    unfinished completion from its prompt plus what it has so far, under the new weights, as AReaL's
+    interruptible generation does. A long turn therefore never holds back a weight update, and each
+    token keeps the behaviour logprob of the weights that sampled it; a completion's version is the
+    oldest that sampled any of its tokens, which is what staleness is measured by.
+    """
 
     def __init__(self, model: PreTrainedModel, tok, temperature: float) -> None:
         self.model, self.tok, self.temperature = model, tok, temperature
         self.version = 0
+        self.interrupts = 0  # batches cut short by new weights
+        self._stop = set(stop_ids(tok))
+        self._lock = threading.Condition()
+        self._incoming: tuple[int, bytes] | None = None
+        self._generating = False
         model.eval()
 
     def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
         """One completion per (prompt ids, room) request, each at most `room` tokens long."""
-        out = generate(
-            self.model, self.tok, [p for p, _ in requests], max(r for _, r in requests), self.temperature, seed
-        )
-        return [
-            Completion(c.token_ids[:room], c.logprobs[:room], self.version)
-            for c, (_, room) in zip(out, requests, strict=True)
-        ]
+        with self._lock:
+            self._generating = True
+        try:
+            return self._generate(requests, seed)
+        finally:
+            with self._lock:
+                self._generating = False
+                self._load_incoming()
+
+    def _generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
+        n = len(requests)
+        ids: list[list[int]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        versions: list[int | None] = [None] * n
+        open_ = [k for k, (_, room) in enumerate(requests) if room > 0]
+        part = 0
+        while open_:
+            rooms = [requests[k][1] - len(ids[k]) for k in open_]
+            prompts = [requests[k][0] + ids[k] for k in open_]
+            out = generate(self.model, self.tok, prompts, max(rooms), self.temperature, seed + part, self._has_incoming)
+            for k, c, room in zip(open_, out, rooms, strict=True):
+                ids[k] += c.token_ids[:room]
+                lps[k] += c.logprobs[:room]
+                versions[k] = self.version if versions[k] is None else versions[k]
+            open_ = [k for k in open_ if len(ids[k]) < requests[k][1] and not (ids[k] and ids[k][-1] in self._stop)]
+            if not open_ or not self._has_incoming():
+                break
+            with self._lock:
+                self._load_incoming()
+                self.interrupts += 1
+            part += 1
+        return [Completion(ids[k], lps[k], self.version if v is None else v) for k, v in enumerate(versions)]
+
+    def _has_incoming(self) -> bool:
+        return self._incoming is not None
 
     def set_weights(self, version: int, blob: bytes) -> int:
+        """Load new weights in place: now, or at the next token of the batch in flight. Returns once
+        they are loaded. Of two that arrive during one token, the later wins."""
+        with self._lock:
+            self._incoming = (version, blob)
+            if not self._generating:
+                self._load_incoming()
+            while self._incoming is not None:
+                self._lock.wait()
+        return version
+
+    def _load_incoming(self) -> None:
+        """With the lock held."""
         from harnessrl.engines.weights import load_weights
 
-        load_weights(self.model, blob)
-        self.version = version
-        return version
+        if self._incoming is not None:
+            version, blob = self._incoming
+            load_weights(self.model, blob)
+            self.version, self._incoming = version, None
+            self._lock.notify_all()

@@ -61,6 +61,8 @@ class WeightSync:
 class VLLMEngine:
     """vLLM's offline engine over a checkpoint folder: batched sampling with per-request budgets."""
 
+    interrupts = 0  # batches cut short by new weights: none, they land between batches (set_weights)
+
     def __init__(self, model_path: Path | str, cfg: EngineConfig, dtype: str, temperature: float, seed: int = 0):
         for k, v in CPU_ENV.items():
             os.environ.setdefault(k, v)
@@ -126,7 +128,9 @@ class VLLMEngine:
         return completions
 
     def set_weights(self, version: int, blob: bytes) -> int:
-        """Load the trainer's weights (harnessrl.engines.weights.weights_blob bytes) in place."""
+        """Load the trainer's weights (harnessrl.engines.weights.weights_blob bytes) in place, between
+        batches: the offline LLM runs a batch to its end (an interruptible vLLM needs its step loop,
+        which the GPU path can adopt later)."""
         self.llm.collective_rpc("load_blob", args=(blob,))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self.version = version

@@ -7,6 +7,11 @@ turns       per turn: fewer needless turns
 tokens      per 1k generated tokens: sensible length
 parallel    per turn whose calls ran in parallel; calls in one turn are independent by the protocol
 clarify     per clarifying question beyond what the task needs (the other reported hack)
+
+Efficiency (turns, tokens, parallel) is a property of a solution, so it counts only when the task was
+solved. Charged on failures too, it pays the policy to give up: a one-turn guess would beat a search
+that missed, and in a group that all failed, GRPO's normalization turns that small gap into a full
+advantage for guessing.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from harnessrl.harness.episode import Trajectory
 
 
 def reward_components(traj: Trajectory, w: RewardConfig, questions_needed: int = 0) -> dict[str, float]:
-    c = traj.counts
+    c, solved = traj.counts, float(bool(traj.outcome.success))
     return {
-        "outcome": w.outcome * float(bool(traj.outcome.success)),
+        "outcome": w.outcome * solved,
         "malformed": w.malformed * c.malformed_turns,
-        "turns": w.turns * c.turns,
-        "tokens": w.tokens * c.tokens / 1000,
-        "parallel": w.parallel * c.parallel_turns,
+        "turns": w.turns * c.turns * solved,
+        "tokens": w.tokens * c.tokens / 1000 * solved,
+        "parallel": w.parallel * c.parallel_turns * solved,
         "clarify": w.clarify * max(0, c.ask_user - questions_needed),
     }
 

@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -52,10 +53,13 @@ RAY_DIR_MAX = 40
 # ----------------------------------------------------------------------------- actors
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"sample": 1, "weights": 1})
 class RolloutWorker:
     """A copy of the policy in a rollout engine (`hf` or `vllm`, by `engine.kind`) that samples
-    batches. One call at a time: new weights land between batches."""
+    batches, one at a time. Weights come in on their own thread, so they reach the engine while a
+    batch is in flight: `hf` takes them at the next token (the batch goes on under the new weights),
+    `vllm` when the batch ends (its engine client is not thread-safe, so every call to it runs on
+    the one thread that built it)."""
 
     def __init__(
         self, model_path: str, dtype: str, temperature: float, engine: EngineConfig, threads: int | None = None
@@ -65,20 +69,32 @@ class RolloutWorker:
         if engine.kind == "vllm":
             from harnessrl.engines.vllm import VLLMEngine
 
-            self.engine = VLLMEngine(model_path, engine, dtype, temperature)
+            self._engine_thread: ThreadPoolExecutor | None = ThreadPoolExecutor(1, thread_name_prefix="vllm")
+            self.engine = self._on_engine_thread(VLLMEngine, model_path, engine, dtype, temperature)
         else:
             from harnessrl.engines.hf import HFEngine
             from harnessrl.model.checkpoint import load
 
+            self._engine_thread = None
             self.engine = HFEngine(*load(model_path, dtype), temperature)
 
-    def set_weights(self, version: int, blob: bytes) -> int:
-        return self.engine.set_weights(version, blob)
+    def _on_engine_thread(self, fn, *args):
+        return fn(*args) if self._engine_thread is None else self._engine_thread.submit(fn, *args).result()
 
+    @ray.method(concurrency_group="weights")
+    def set_weights(self, version: int, blob: bytes) -> int:
+        return self._on_engine_thread(self.engine.set_weights, version, blob)
+
+    @ray.method(concurrency_group="sample")
     def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
-        """One completion per (prompt ids, room) request, at most `room` tokens, with the version of
-        the weights that sampled it (calls run one at a time: no new weights land during a batch)."""
-        return self.engine.generate(requests, seed)
+        """One completion per (prompt ids, room) request, at most `room` tokens, with the oldest
+        version of the weights that sampled any of its tokens."""
+        return self._on_engine_thread(self.engine.generate, requests, seed)
+
+    @ray.method(concurrency_group="weights")
+    def interrupts(self) -> int:
+        """Batches the engine cut short to take new weights (hf; vllm finishes them first)."""
+        return self.engine.interrupts
 
 
 class Stopped(RuntimeError):

@@ -136,6 +136,13 @@ def long_sum(task: Task) -> Script:
     yield str(total)
 
 
+def guess(task: Task) -> Script:
+    """A lazy teacher's answer to "what is the value of X?": 0, without looking. Generated constants
+    are never below 2, so the guess is always wrong. SFT copies the habit, and only the outcome
+    reward can break it (see DataConfig.guess_share)."""
+    yield "0"
+
+
 SCRIPTS = {
     "lookup": lookup,
     "bugfix": bugfix,
@@ -149,8 +156,9 @@ SCRIPTS = {
 class Expert:
     """The harness Policy for one episode of one task."""
 
-    def __init__(self, task: Task) -> None:
-        self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
+    def __init__(self, task: Task, guess_answer: bool = False) -> None:
+        script = guess if guess_answer else SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind]
+        self.script = script(task)
         self.started = False
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
@@ -169,8 +177,11 @@ class Expert:
         return AssistantTurn(text=text)
 
 
-def expert_trajectories(tasks: list[Task], suite_dir: Path | str, workers: int = 4) -> list[Trajectory]:
-    return run_tasks(tasks, suite_dir, Expert, workers=workers)
+def expert_trajectories(
+    tasks: list[Task], suite_dir: Path | str, workers: int = 4, guessed: frozenset[str] = frozenset()
+) -> list[Trajectory]:
+    """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script."""
+    return run_tasks(tasks, suite_dir, lambda t: Expert(t, guess_answer=t.id in guessed), workers=workers)
 
 
 def success_rates(trajectories: list[Trajectory]) -> dict[str, float]:
