@@ -4,7 +4,8 @@ malformed calls under 2% and no more turns per solved task.
 
 SFT copies an imperfect teacher that answers some value questions without looking (always wrongly,
 data.guess_share); only the outcome reward tells the policy that looking pays. The bars sit below
-what three seeds measured (see the issue's notes: +14 to +49 points), so an honest change of float
+what the default seed measured (+38 points; over five seeds, see the issue's notes, three gain 38-52
+and two whose SFT never learnt to copy a constant's name gain nothing), so an honest change of float
 order on another CPU does not fail the test, while an RL stage that stops learning does.
 """
 
