@@ -25,6 +25,7 @@ class Completion:
 
 
 def stop_ids(tok) -> list[int]:
+    """The ids that end a turn (<|im_end|>, <|endoftext|>), in every engine."""
     stop = [tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)]
     return [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
 
@@ -119,10 +120,9 @@ class HFEngine:
                 self._load_incoming()
 
     def _generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
-        n = len(requests)
-        ids: list[list[int]] = [[] for _ in range(n)]
-        lps: list[list[float]] = [[] for _ in range(n)]
-        versions: list[int | None] = [None] * n
+        first = self.version  # every completion starts under these weights: its version, for staleness
+        ids: list[list[int]] = [[] for _ in requests]
+        lps: list[list[float]] = [[] for _ in requests]
         open_ = [k for k, (_, room) in enumerate(requests) if room > 0]
         part = 0
         while open_:
@@ -132,7 +132,6 @@ class HFEngine:
             for k, c, room in zip(open_, out, rooms, strict=True):
                 ids[k] += c.token_ids[:room]
                 lps[k] += c.logprobs[:room]
-                versions[k] = self.version if versions[k] is None else versions[k]
             open_ = [k for k in open_ if len(ids[k]) < requests[k][1] and not (ids[k] and ids[k][-1] in self._stop)]
             if not open_ or not self._has_incoming():
                 break
@@ -140,7 +139,7 @@ class HFEngine:
                 self._load_incoming()
                 self.interrupts += 1
             part += 1
-        return [Completion(ids[k], lps[k], self.version if v is None else v) for k, v in enumerate(versions)]
+        return [Completion(i, lp, first) for i, lp in zip(ids, lps, strict=True)]
 
     def _has_incoming(self) -> bool:
         return self._incoming is not None

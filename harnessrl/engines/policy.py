@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from harnessrl.engines.hf import generate
+from harnessrl.engines.hf import generate, stop_ids
 from harnessrl.harness.episode import AssistantTurn
-from harnessrl.model.tokenizer import CHAT_TEMPLATE, EOS, IM_END, render_ids
+from harnessrl.model.tokenizer import CHAT_TEMPLATE, render_ids
 
 
 class HFPolicy:
@@ -19,7 +19,7 @@ class HFPolicy:
         self.model, self.tok = model, tok
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
         self._seeds = itertools.count(seed * 1_000_003)
-        self._stop = {tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)}
+        self._stop = set(stop_ids(tok))
         self.context = model.config.max_position_embeddings
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from harnessrl.config import EngineConfig
-from harnessrl.engines.hf import Completion
+from harnessrl.engines.hf import Completion, stop_ids
 
 # Settings vLLM reads from the environment when it starts; set before it is imported.
 CPU_ENV = {
@@ -61,16 +61,12 @@ class WeightSync:
 class VLLMEngine:
     """vLLM's offline engine over a checkpoint folder: batched sampling with per-request budgets."""
 
-    interrupts = 0  # batches cut short by new weights: none, they land between batches (set_weights)
-
     def __init__(self, model_path: Path | str, cfg: EngineConfig, dtype: str, temperature: float, seed: int = 0):
         for k, v in CPU_ENV.items():
             os.environ.setdefault(k, v)
         import torch
         from transformers import AutoConfig
         from vllm import LLM
-
-        from harnessrl.model.tokenizer import EOS, IM_END
 
         gpu = torch.cuda.is_available()
         context = AutoConfig.from_pretrained(model_path, local_files_only=True).max_position_embeddings
@@ -95,8 +91,7 @@ class VLLMEngine:
             skip_tokenizer_init=False,
             enable_prefix_caching=True,
         )
-        tok = self.llm.get_tokenizer()
-        self._stop = [i for i in (tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)) if i is not None]
+        self._stop = stop_ids(self.llm.get_tokenizer())
 
     def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
         """One completion per (prompt ids, room) request, at most `room` tokens; greedy at temperature 0."""

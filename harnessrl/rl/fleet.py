@@ -91,11 +91,6 @@ class RolloutWorker:
         version of the weights that sampled any of its tokens."""
         return self._on_engine_thread(self.engine.generate, requests, seed)
 
-    @ray.method(concurrency_group="weights")
-    def interrupts(self) -> int:
-        """Batches the engine cut short to take new weights (hf; vllm finishes them first)."""
-        return self.engine.interrupts
-
 
 class Stopped(RuntimeError):
     """The fleet is closing: episodes in flight end at their next turn (their workspaces are removed)."""
