@@ -23,6 +23,7 @@ import yaml
 
 from harnessrl.config import Config
 from harnessrl.data.build import build as build_data
+from harnessrl.data.build import check_built_from
 from harnessrl.data.md5 import dvc_dir_md5
 from harnessrl.io import atomic_write_text, write_json
 from harnessrl.lineage.manifest import chain, code_hash
@@ -103,11 +104,13 @@ class Progress(logging.Filter):
 
 
 def ensure_data(cfg: Config, root: Path) -> tuple[Path, str]:
-    """The recipe's data folder, built deterministically if absent, and its DVC md5."""
+    """The recipe's data folder, built deterministically if absent, and its DVC md5. A folder built
+    from another data config is refused (ConfigError), never silently used or replaced."""
     data_dir = Path(cfg.data.dir) if Path(cfg.data.dir).is_absolute() else root / cfg.data.dir
     if not data_dir.exists():
         print(f"data: building {data_dir} (seed {cfg.data.seed})", flush=True)
         build_data(cfg.data, data_dir)
+    check_built_from(cfg.data, data_dir)
     return data_dir.resolve(), dvc_dir_md5(data_dir)
 
 
@@ -122,6 +125,7 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
     """
     from kfp import local
 
+    data_dir, data_md5 = ensure_data(cfg, data_root)  # refuses stale data before the run dir exists
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(
         run_dir / RUN_FILE,
@@ -133,7 +137,6 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
         },
     )
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    data_dir, data_md5 = ensure_data(cfg, data_root)
     pipeline = build_pipeline(cfg, Inputs(str(data_dir), data_md5, code_hash()))
 
     local.init(

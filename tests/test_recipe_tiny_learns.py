@@ -4,8 +4,8 @@ malformed calls under 2% and no more turns per solved task.
 
 SFT copies an imperfect teacher that answers some value questions without looking (always wrongly,
 data.guess_share); only the outcome reward tells the policy that looking pays. The bars sit below
-what the default seed measured (+38 points; over five seeds, see the issue's notes, three gain 38-52
-and two whose SFT never learnt to copy a constant's name gain nothing), so an honest change of float
+what the default seed measured (+42 points; over four seeds, see the issue's notes, two more gain
+46 and two whose SFT copies a constant's name too rarely gain nothing), so an honest change of float
 order on another CPU does not fail the test, while an RL stage that stops learning does.
 """
 

@@ -106,12 +106,14 @@ def test_the_async_stage_trains_within_its_staleness_bound(
     assert all(0 <= r["staleness"] <= 1 for r in rows)
     assert any(r["staleness"] > 0 for r in rows)  # two steps in flight: the second step trains on older weights
     assert all(isinstance(r["dropped_stale_groups"], int) for r in rows)
+    assert all(isinstance(r["interrupted_batches"], int) and r["interrupted_batches"] >= 0 for r in rows)
     assert (tmp_path / "async" / "model.safetensors").is_file()
 
     fresh = rl_stage(tiny_base, tmp_path / "fresh", "stages.rl.mode=async", "stages.rl.steps=2",
                      "stages.rl.max_staleness=0")  # fmt: skip
     assert [r["staleness"] for r in fresh] == [0.0, 0.0]
     assert [r["dropped_stale_groups"] for r in fresh] == [0, 0]  # publish waits for the sync: nothing wasted
+    assert [r["interrupted_batches"] for r in fresh] == [0, 0]  # nothing is in flight when weights change
 
     sync = rl_stage(tiny_base, tmp_path / "sync", "stages.rl.steps=1")
     assert set(sync[0]) == set(rows[0]) == set(fresh[0])  # one loop, two rollout sources: the same metrics

@@ -1,5 +1,5 @@
-"""The `hf` engine: its decode loop samples exactly what HF's `generate` samples, and new weights
-interrupt it mid-turn: the batch goes on under them from the next token, every token keeps the logprob
+"""The `hf` engine: its decode loop decodes greedily what HF's `generate` does and samples each token
+at the model's probability with the logprob a fresh forward gives; new weights interrupt it mid-turn: the batch goes on under them from the next token, every token keeps the logprob
 of the weights that sampled it, and the completion names the oldest."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harnessrl.engines.hf import HFEngine, generate, stop_ids
+from harnessrl.engines.hf import HFEngine, generate, sample, stop_ids
 from harnessrl.engines.weights import weights_blob
 from harnessrl.model.checkpoint import load
 from harnessrl.rl.objective import Sample, completion_logprobs
@@ -20,27 +20,49 @@ SWAP_AFTER = 4  # tokens sampled by the first weights
 TEXTS = ("def add(a, b):\n    return", "import os\nprint(", "class A:\n")
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
-def test_decode_loop_samples_what_hf_generate_samples(tiny_base: dict[str, Path], temperature: float) -> None:
+def test_greedy_decode_loop_matches_hf_generate(tiny_base: dict[str, Path]) -> None:
     model, tok = load(tiny_base["base"])
     prompts = [tok(t)["input_ids"] for t in TEXTS] * 4  # unequal lengths: left padding is exercised
-    ours = generate(model, tok, prompts, 16, temperature, seed=11)
+    ours = generate(model, tok, prompts, 16, 0.0, seed=11)
     x = torch.full((len(prompts), max(map(len, prompts))), tok.pad_token_id)
     for i, p in enumerate(prompts):
         x[i, x.shape[1] - len(p) :] = torch.tensor(p)
-    torch.manual_seed(11)
-    sampling = temperature > 0
     ref = model.generate(
-        input_ids=x, attention_mask=(x != tok.pad_token_id).long(), max_new_tokens=16, do_sample=sampling,
-        temperature=temperature if sampling else None, top_k=0 if sampling else None, top_p=1.0 if sampling else None,
+        input_ids=x, attention_mask=(x != tok.pad_token_id).long(), max_new_tokens=16, do_sample=False,
         eos_token_id=sorted(stop_ids(tok)), pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_scores=True,
     )  # fmt: skip
     logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in ref.scores], dim=1)
     for k, c in enumerate(ours):
         row = ref.sequences[k, x.shape[1] :][: len(c.token_ids)]
         assert c.token_ids == row.tolist()
-        assert c.logprobs == logp[k, torch.arange(len(row)), row].tolist()
-    assert len({tuple(c.token_ids) for c in ours}) > (3 if sampling else 2)
+        assert torch.allclose(torch.tensor(c.logprobs), logp[k, torch.arange(len(row)), row], atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_logprobs_are_the_models_at_that_temperature(tiny_base: dict[str, Path], temperature: float) -> None:
+    """With repeated prompts (prefilled once, their cache rows copied) and left padding, every token's
+    logprob is what a fresh forward of prompt + completion gives: the trainer's side of the IS ratio."""
+    model, tok = load(tiny_base["base"])
+    prompts = [tok(t)["input_ids"] for t in TEXTS] * 4
+    ours = generate(model, tok, prompts, 16, temperature, seed=11)
+    samples = [Sample(p, c.token_ids, c.logprobs, 0.0) for p, c in zip(prompts, ours, strict=True)]
+    with torch.no_grad():
+        fresh = completion_logprobs(model, samples, tok.pad_token_id, temperature)
+    for c, f in zip(ours, fresh, strict=True):
+        assert torch.allclose(torch.tensor(c.logprobs), f, atol=1e-4)
+    assert len({tuple(c.token_ids) for c in ours}) > 3  # copies of one prompt sample apart
+    assert [c.token_ids for c in generate(model, tok, prompts, 16, temperature, seed=11)] == [c.token_ids for c in ours]
+
+
+def test_sampler_draws_each_token_at_its_probability() -> None:
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, float("-inf")]).repeat(40_000, 1)
+    token, logp = sample(logits, 0.7, torch.Generator().manual_seed(0))
+    want = torch.softmax(logits[0] / 0.7, dim=-1)
+    freq = torch.bincount(token, minlength=5) / len(token)
+    assert torch.allclose(freq, want, atol=0.006)  # 40k draws: 3 standard errors of the largest share
+    assert freq[4] == 0  # probability 0 is never drawn
+    assert torch.allclose(logp, want.log()[token])
+    assert sample(logits[:3], 0.0, torch.Generator())[0].tolist() == [0, 0, 0]
 
 
 def test_weights_arriving_mid_batch_take_over_at_the_next_token(tiny_base: dict[str, Path]) -> None:
@@ -85,7 +107,8 @@ def test_weights_arriving_mid_batch_take_over_at_the_next_token(tiny_base: dict[
     for c, b, a in zip(out, before, after, strict=True):
         assert torch.allclose(torch.tensor(c.logprobs[:SWAP_AFTER]), b[:SWAP_AFTER], atol=1e-4)
         assert torch.allclose(torch.tensor(c.logprobs[SWAP_AFTER:]), a[SWAP_AFTER:], atol=1e-4)
-        assert not torch.allclose(torch.tensor(c.logprobs[SWAP_AFTER:]), b[SWAP_AFTER:], atol=1e-4)
+        if len(c.token_ids) > SWAP_AFTER:  # one that stopped before the swap has no new-weight tokens
+            assert not torch.allclose(torch.tensor(c.logprobs[SWAP_AFTER:]), b[SWAP_AFTER:], atol=1e-4)
 
 
 def test_without_new_weights_a_batch_is_one_generate(tiny_base: dict[str, Path]) -> None:

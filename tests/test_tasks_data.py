@@ -82,3 +82,17 @@ def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_pa
     tasks = {t.instruction: t for t in (Task.model_validate(r) for r in read_jsonl(data / "tasks" / "train.jsonl"))}
     for m in guessed[:4]:
         assert run_task(tasks[m[1]["content"]], data, lambda *_: AssistantTurn(text="0")).outcome.success is False
+
+
+def test_a_folder_built_from_another_data_config_is_refused(data, tmp_path, capsys):
+    from harnessrl.cli import main
+    from harnessrl.config import ConfigError
+    from harnessrl.data.build import check_built_from
+
+    check_built_from(CFG.model_copy(update={"dir": "elsewhere"}), data)  # where it sits is not what it is
+    with pytest.raises(ConfigError, match=r"data\.num_sft is 24 there, 25 here"):
+        check_built_from(CFG.model_copy(update={"num_sft": 25}), data)
+    before = dvc_dir_md5(data)
+    rc = main(["run", "recipe=tiny_smoke", f"data.dir={data}", "--output-dir", str(tmp_path / "run")])
+    assert rc == 2 and "was built from another data config" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and dvc_dir_md5(data) == before  # nothing written, nothing replaced

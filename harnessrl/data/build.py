@@ -3,7 +3,7 @@
 The folder is a lookup suite directory (see harnessrl/tasks/task.py) plus the stages' files:
   repos/{train,heldout}/<repo>/...   generated Python repos; the train ones are the CPT code corpus
   tasks/{train,heldout}.jsonl        every lookup task, by split (held-out repos are never trained on)
-  suite.json                         how the suite was built
+  suite.json                         how the suite was built, and under "data" the data config (less dir)
   sft.jsonl                          {"messages": [...]}: the expert's trajectories, run in the harness
   prompts.jsonl                      RL tasks (train split)
   heldout.jsonl                      eval tasks (held-out split)
@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-from harnessrl.config import DataConfig
+from harnessrl.config import ConfigError, DataConfig
 from harnessrl.io import atomic_dir
 from harnessrl.tasks import lookup
 from harnessrl.tasks.expert import expert_trajectories
@@ -40,13 +40,33 @@ def build(cfg: DataConfig, out: Path) -> Path:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split])
         counts = {s: len(tasks[s]) for s in SPLITS}
         write_suite_info(tmp, {"suite": lookup.SUITE, "seed": cfg.seed, "num": sum(counts.values()),
-                               "source": None, "counts": counts})  # fmt: skip
+                               "source": None, "counts": counts, "data": _recorded(cfg)})  # fmt: skip
 
         sft = _take(rng, tasks["train"], cfg.num_sft)
         _jsonl(tmp / "sft.jsonl", [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share)])
         _jsonl(tmp / "prompts.jsonl", [_row(t) for t in _take(rng, tasks["train"], cfg.num_prompts)])
         _jsonl(tmp / "heldout.jsonl", [_row(t) for t in _take(rng, tasks["heldout"], cfg.num_heldout)])
     return out
+
+
+def _recorded(cfg: DataConfig) -> dict:
+    """What a data folder was built from; where it sits (dir) is not part of it."""
+    return cfg.model_dump(exclude={"dir"})
+
+
+def check_built_from(cfg: DataConfig, data_dir: Path) -> None:
+    """Refuse a data folder built from another data config, which a run would otherwise train and
+    evaluate on while its config and lineage describe different data."""
+    info = json.loads((data_dir / "suite.json").read_text()) if (data_dir / "suite.json").is_file() else {}
+    built, want = info.get("data"), _recorded(cfg)
+    if built == want:
+        return
+    if built is None:
+        why = "its suite.json records no data config"
+    else:
+        why = ", ".join(f"data.{k} is {built.get(k)!r} there, {v!r} here" for k, v in want.items() if built.get(k) != v)
+    raise ConfigError(f"{data_dir} was built from another data config ({why}); rebuild it with "
+                      "`harnessrl data build` and the same overrides, or set data.dir to another folder")  # fmt: skip
 
 
 def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> list[list[dict]]:

@@ -30,6 +30,24 @@ def stop_ids(tok) -> list[int]:
     return [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
 
 
+def sample(scores: torch.Tensor, temperature: float, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token, and its log-probability under the distribution it was drawn from.
+
+    Greedy at temperature 0; otherwise by inverse CDF from one uniform number per row.
+    `torch.multinomial` spends a random exponential on every vocabulary entry, which for a tiny
+    model cost as much as its forward pass."""
+    if temperature == 0:
+        token = scores.argmax(dim=-1)
+        logp = torch.log_softmax(scores, dim=-1)
+    else:
+        logp = torch.log_softmax(scores / temperature, dim=-1)
+        cdf = logp.exp().cumsum(dim=-1)
+        u = torch.rand(len(scores), 1, generator=rng) * cdf[:, -1:]
+        # right=True: the first entry whose cdf exceeds u, so a token of probability 0 is never drawn
+        token = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
+    return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -42,10 +60,9 @@ def generate(
 ) -> list[Completion]:
     """One completion per prompt; greedy when temperature == 0.
 
-    A plain decode loop over HF's KV cache. It samples exactly what `model.generate` would (the same
-    positions, temperature scaling, softmax and one multinomial draw per row per step, finished rows
-    included), with less work per token. After each token it asks `interrupt()` whether to end the
-    batch there, leaving every unfinished completion where it is."""
+    A plain decode loop over HF's KV cache. Identical prompts (an RL group's) are prefilled once and
+    their cache rows copied. After each token it asks `interrupt()` whether to end the batch there,
+    leaving every unfinished completion where it is."""
     stop = torch.tensor(stop_ids(tok))
     pad = tok.pad_token_id
     width = max(map(len, prompts))
@@ -56,20 +73,22 @@ def generate(
         x[i, width - len(p) :] = torch.tensor(p)
         attn[i, width - len(p) :] = 1
     position = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 1)
+    slot: dict[tuple[int, ...], int] = {}
+    copies = [slot.setdefault(tuple(p), len(slot)) for p in prompts]  # each row's distinct prompt
+    first = [copies.index(j) for j in range(len(slot))]  # the row that prefills it
     cache = DynamicCache()
-    torch.manual_seed(seed)
-    out = model(input_ids=x, attention_mask=attn, position_ids=position, past_key_values=cache, logits_to_keep=1)
+    out = model(
+        input_ids=x[first], attention_mask=attn[first], position_ids=position[first], past_key_values=cache, logits_to_keep=1
+    )  # fmt: skip
+    cache.reorder_cache(torch.tensor(copies))
+    scores = out.logits[copies, -1].float()
     position = position[:, -1:]
+    rng = torch.Generator().manual_seed(seed)
     done = torch.zeros(len(prompts), dtype=torch.bool)
     tokens, logprobs = [], []
     for step in range(max_new_tokens):
-        scores = out.logits[:, -1].float()
-        if temperature > 0:
-            scores = scores / temperature  # the distribution the token is drawn from
-            token = torch.multinomial(torch.softmax(scores, dim=-1), 1).squeeze(1)
-        else:
-            token = scores.argmax(dim=-1)
-        logprobs.append(torch.log_softmax(scores, dim=-1).gather(1, token[:, None]).squeeze(1))
+        token, logp = sample(scores, temperature, rng)
+        logprobs.append(logp)
         token = token.masked_fill(done, pad)
         tokens.append(token)
         done |= torch.isin(token, stop)
@@ -78,6 +97,7 @@ def generate(
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=attn, position_ids=position, past_key_values=cache)
+        scores = out.logits[:, -1].float()
     stops = set(stop.tolist())
     completions = []
     for row, lp in zip(torch.stack(tokens, 1).tolist(), torch.stack(logprobs, 1).tolist(), strict=True):

@@ -72,6 +72,7 @@ class VLLMEngine:
         context = AutoConfig.from_pretrained(model_path, local_files_only=True).max_position_embeddings
         self.temperature = temperature
         self.version = 0  # the checkpoint's weights; the trainer publishes its own before any rollout
+        self.interrupts = 0  # weights wait for the batch in flight: none is cut short
         self.llm = LLM(
             model=str(model_path),
             tokenizer=str(model_path),

@@ -85,6 +85,11 @@ class RolloutWorker:
     def set_weights(self, version: int, blob: bytes) -> int:
         return self._on_engine_thread(self.engine.set_weights, version, blob)
 
+    @ray.method(concurrency_group="weights")
+    def interrupts(self) -> int:
+        """Batches its engine cut short for new weights, so far."""
+        return self.engine.interrupts
+
     @ray.method(concurrency_group="sample")
     def generate(self, requests: list[tuple[list[int], int]], seed: int) -> list[Completion]:
         """One completion per (prompt ids, room) request, at most `room` tokens, with the oldest
@@ -260,6 +265,10 @@ class RayRollouts:
         self._syncs = [w.set_weights.remote(version, blob) for w in self.rollout_workers]
         if self._submitted == 0 or self.cfg.max_staleness == 0:
             ray.get(self._syncs)
+
+    def interrupts(self) -> int:
+        """Batches the rollout engines cut short for new weights, so far."""
+        return sum(ray.get([w.interrupts.remote() for w in self.rollout_workers]))
 
     def close(self, wait_s: float = 30.0) -> None:
         """Stop the fleet: episodes in flight end at their next turn, then the actors go (and Ray,

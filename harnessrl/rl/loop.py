@@ -79,6 +79,9 @@ class LocalRollouts:
             for i in range(0, len(group), k)
         ]
 
+    def interrupts(self) -> int:
+        return 0  # weights change only between steps
+
     def publish(self, version: int, model: nn.Module) -> None:
         if self.engine:
             self.engine.set_weights(version, weights_blob(model))
@@ -206,6 +209,7 @@ def train_rl(
     target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
     batches, in_flight = extra.get("batches", start), 0
     last: dict = read_metrics(metrics_path)[-1] if start else {}
+    interrupts = rollouts.interrupts()
     with MetricsWriter(metrics_path) as log:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
@@ -246,12 +250,15 @@ def train_rl(
             turns = sum(tr.counts.turns for tr in trajs)
             generated = sum(tr.counts.tokens for tr in trajs)
             hack, incidents = monitor.update(step + 1, trajs, comps, needed)
+            now = rollouts.interrupts()
+            interrupted, interrupts = now - interrupts, now
             dt = time.perf_counter() - t0
             last = {
                 "step": step + 1,
                 "policy_version": step + 1,
                 "staleness": sum(step - r.version for r in rollouts_now) / n,
                 "dropped_stale_groups": dropped,
+                "interrupted_batches": interrupted,  # rollout batches that took new weights mid-turn
                 "reward": float(rewards.mean()),
                 "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
                 "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
