@@ -64,7 +64,10 @@ def check_built_from(cfg: DataConfig, data_dir: Path) -> None:
     if built is None:
         why = "its suite.json records no data config"
     else:
-        why = ", ".join(f"data.{k} is {built.get(k)!r} there, {v!r} here" for k, v in want.items() if built.get(k) != v)
+        keys = sorted(built.keys() | want.keys())  # a field added or removed since differs too
+        why = ", ".join(
+            f"data.{k} is {built.get(k)!r} there, {want.get(k)!r} here" for k in keys if built.get(k) != want.get(k)
+        )
     raise ConfigError(f"{data_dir} was built from another data config ({why}); rebuild it with "
                       "`harnessrl data build` and the same overrides, or set data.dir to another folder")  # fmt: skip
 

@@ -85,9 +85,9 @@ class RolloutWorker:
     def set_weights(self, version: int, blob: bytes) -> int:
         return self._on_engine_thread(self.engine.set_weights, version, blob)
 
-    @ray.method(concurrency_group="weights")
     def interrupts(self) -> int:
-        """Batches its engine cut short for new weights, so far."""
+        """Batches its engine cut short for new weights, so far. In the default concurrency group:
+        in "weights" the loop's per-step read would queue behind the sync it just sent."""
         return self.engine.interrupts
 
     @ray.method(concurrency_group="sample")
