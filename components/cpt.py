@@ -21,14 +21,13 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     """One rank's share of CPT; every rank runs this."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.model.checkpoint import load
+    from harnessrl.model.tokenizer import corpus_tokens
     from harnessrl.train.engine import export_hf
     from harnessrl.train.loop import Run, packed_batches, train
 
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
-    tokens: list[int] = []
-    for path in corpus_files(ctx.data_dir):
-        tokens += [*tok.encode(path.read_text(), add_special_tokens=False), tok.eos_token_id]
+    tokens = corpus_tokens(tok, corpus_files(ctx.data_dir))
     run = Run(ctx.out / "metrics.jsonl", "cpt", rank, world, ctx.state_dir, cfg.checkpoint_every)
     engine, last = train(model, packed_batches(tokens, cfg, ctx.cfg["seed"], rank, world), cfg, run)
     export_hf(engine, model, tok, ctx.out, rank)

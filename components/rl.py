@@ -1,4 +1,8 @@
-"""Stage 3, RL: policy gradients on whole episodes in the production harness, with shaped rewards."""
+"""Stage 3, RL: policy gradients on whole episodes in the production harness, with shaped rewards.
+
+The long-horizon stage (components/long_horizon_rl.py) is this same stage under its own config: the
+harness it builds then manages the context, and the loop trains through the summaries.
+"""
 
 from kfp.dsl import Input, Model, Output
 
@@ -7,13 +11,35 @@ from harnessrl.data.build import read_jsonl
 from harnessrl.stage import StageContext
 
 
+def episode_budgets(cfg: RLConfig):
+    """The harness's budgets for this stage's episodes, and its context policy where it has one."""
+    from harnessrl.config import LongHorizonConfig
+    from harnessrl.harness.context import ContextConfig
+    from harnessrl.harness.episode import Budgets
+
+    context = ContextConfig()
+    if isinstance(cfg, LongHorizonConfig):
+        context = ContextConfig(
+            policy=cfg.context,
+            budget=cfg.context_budget,
+            trigger=cfg.summary_trigger,
+            summary_max_tokens=cfg.summary_max_tokens,
+            max_summaries=cfg.max_summaries,
+        )
+    return Budgets(max_turns=cfg.max_turns, max_turn_tokens=cfg.max_new_tokens,
+                   max_tokens=cfg.max_turns * cfg.max_new_tokens, context=context)  # fmt: skip
+
+
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.engines.vllm import check_installed
-    from harnessrl.harness.episode import Budgets
+    from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
     from harnessrl.model.checkpoint import load, save
-    from harnessrl.rl.loop import LocalRollouts, train_rl
+    from harnessrl.model.prompts import PromptRenderer
+    from harnessrl.rl.loop import train_rl
+    from harnessrl.rl.rollouts import LocalRollouts
     from harnessrl.tasks import Task
+    from harnessrl.tasks.run import BASE_UID
 
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     engine = EngineConfig.model_validate(ctx.cfg["engine"])
@@ -23,7 +49,11 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.
     reference = load(ctx.parent, dtype)[0].eval() if cfg.kl_coef > 0 else None
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
-    budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
+    tasks = [t for t in tasks if t.suite in cfg.suites]
+    if not tasks:
+        raise ValueError(f"stages.{tag}.suites: no prompts of {cfg.suites} in {ctx.data_dir / 'prompts.jsonl'}")
+    budgets = episode_budgets(cfg)
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     if cfg.mode == "async":
         from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
 
@@ -33,9 +63,12 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
         from harnessrl.engines.vllm import VLLMEngine
 
         vllm = VLLMEngine(ctx.parent, engine, dtype, cfg.temperature, ctx.cfg["seed"])
-        rollouts = LocalRollouts(model, tok, ctx.data_dir, cfg, budgets, vllm)
+        rollouts = LocalRollouts(vllm, renderer, ctx.data_dir, cfg.group_size, budgets, True, BASE_UID)
     else:  # sync on hf: the trainer's own model generates, in this process
-        rollouts = LocalRollouts(model, tok, ctx.data_dir, cfg, budgets)
+        from harnessrl.engines.hf import HFEngine
+
+        hf = HFEngine(model, tok, cfg.temperature)
+        rollouts = LocalRollouts(hf, renderer, ctx.data_dir, cfg.group_size, budgets, False, BASE_UID)
     try:
         last = train_rl(
             model,
@@ -53,6 +86,8 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     finally:
         rollouts.close()  # the fleet's actors and Ray, or the vLLM engine, also when training fails
     save(model, tok, ctx.out)
+    # The harness these weights were trained in, which `harnessrl agent` presents by default.
+    save_harness(HarnessSpec.training(tools_of([t.tools for t in tasks]), budgets), ctx.out)
     return {
         "reward": last["reward"],
         "success": last["success"],

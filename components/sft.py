@@ -5,10 +5,13 @@ segment (see harnessrl.model.tokenizer.render_ids), so the trained ids are exact
 template produces, and only the assistant's own output carries labels.
 """
 
+import shutil
+
 from kfp.dsl import Input, Model, Output
 
 from harnessrl.config import TrainConfig
 from harnessrl.data.build import read_jsonl
+from harnessrl.harness.spec import HARNESS_FILE
 from harnessrl.stage import StageContext
 
 
@@ -32,6 +35,8 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     run = Run(ctx.out / "metrics.jsonl", "sft", rank, world, ctx.state_dir, cfg.checkpoint_every)
     engine, last = train(model, masked_batches(samples, cfg, tok.pad_token_id, ctx.cfg["seed"], rank, world), cfg, run)
     export_hf(engine, model, tok, ctx.out, rank)
+    if rank == 0:  # the harness its conversations were made in: its tools and system prompt
+        shutil.copy2(ctx.data_dir / HARNESS_FILE, ctx.out / HARNESS_FILE)
     return {
         "loss": last["loss"],
         "conversations": len(samples),

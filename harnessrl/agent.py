@@ -1,8 +1,9 @@
 """`harnessrl agent`: the production harness on a real repository, driven by any policy.
 
-The same tools, sandbox, protocol and budgets as SFT data, RL rollouts and eval. The agent works on
-a copy of the repository (commands run sandboxed over the copy); at the end the changes it made are
-printed as a unified diff, so the person decides what to apply.
+The same tools, sandbox, protocol, budgets and context policy as SFT data, RL rollouts and eval: by
+default the harness the checkpoint was trained in (its harness.json). The agent works on a copy of
+the repository (commands run sandboxed over the copy); at the end the changes it made are printed as
+a unified diff, so the person decides what to apply.
 """
 
 from __future__ import annotations
@@ -14,42 +15,59 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from harnessrl.harness.episode import AssistantTurn, Budgets, Policy, Trajectory, run_episode
+from harnessrl.harness.context import SUMMARIZE_REQUEST, TokenCounter
+from harnessrl.harness.episode import AssistantTurn, Policy, Trajectory, run_episode
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace
-from harnessrl.harness.tools import ALL_TOOLS, ToolContext
+from harnessrl.harness.spec import PRODUCTION_PROMPT, HarnessSpec
+from harnessrl.harness.tools import ALL_TOOLS, ToolContext, select
 
-SYSTEM_PROMPT = (
-    "You are a coding agent working in a repository. Use the tools to inspect and change it, run the "
-    "tests, then answer briefly. Calls in one turn run in parallel: make independent calls together."
-)
+
+def production_harness(spec: HarnessSpec | None) -> HarnessSpec:
+    """A checkpoint's own harness, or for one trained in none, every tool and the production prompt."""
+    from harnessrl.harness.episode import Budgets
+
+    return spec or HarnessSpec(tools=list(ALL_TOOLS), system_prompt=PRODUCTION_PROMPT, budgets=Budgets())
 
 
 class Streaming:
-    """Wraps a policy to print each tool result and each model turn as the episode goes."""
+    """Wraps a policy to print each tool result, each model turn and each compaction as the episode goes."""
 
     def __init__(self, policy: Policy, out: TextIO) -> None:
-        self.policy, self.out, self.seen = policy, out, 0
+        self.policy, self.out, self.turns = policy, out, 0
 
     def show_new(self, messages: list[dict[str, Any]]) -> None:
-        for m in messages[self.seen :]:
-            if m["role"] == "tool":
+        """What came after the policy's last turn: tool results, a summary request, a new segment."""
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+        if last is None:  # the first turn, or a segment that starts from a summary
+            if self.turns:
+                self.out.write("  ⟲ the context starts again from the summary\n")
+            return
+        for m in messages[last + 1 :]:
+            if m["role"] == "user" and m["content"] == SUMMARIZE_REQUEST:
+                self.out.write("  ⟲ context full: the model summarizes\n")
+            elif m["role"] in ("tool", "user"):
                 body = m["content"] if len(m["content"]) < 1200 else m["content"][:1200] + " [...]"
                 self.out.write(f"  ⤷ {body}\n")
-        self.seen = len(messages)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
         self.show_new(messages)
         turn = self.policy(messages, tools, max_tokens)
+        self.turns += 1
         self.out.write(f"● {turn.text}\n")
         self.out.flush()
-        self.seen += 1  # the assistant message the loop appends next
         return turn
 
 
 def run_agent(
-    policy: Policy, repo: Path, instruction: str, budgets: Budgets, out: TextIO = sys.stdout, answer_user: bool = True
+    policy: Policy,
+    repo: Path,
+    instruction: str,
+    harness: HarnessSpec,
+    out: TextIO = sys.stdout,
+    answer_user: bool = True,
+    count_tokens: TokenCounter | None = None,
 ) -> tuple[Trajectory, str]:
-    """One episode on a copy of `repo`; returns the trajectory and the diff of what changed."""
+    """One episode on a copy of `repo` in `harness`; returns the trajectory and the diff of what changed."""
     if not repo.is_dir():
         raise FileNotFoundError(f"{repo}: no such directory")
     with tempfile.TemporaryDirectory(prefix="harnessrl-agent-") as tmp:
@@ -57,8 +75,9 @@ def run_agent(
         ask = (lambda q: input(f"? {q}\n> ")) if answer_user and sys.stdin.isatty() else None
         ctx = ToolContext(workspace=ws, sandbox=Sandbox(ws, SandboxLimits(wall_s=120)), ask_user=ask)
         streaming = Streaming(policy, out)
-        traj = run_episode(streaming, instruction, ALL_TOOLS, ctx, budgets=budgets, system_prompt=SYSTEM_PROMPT)
-        streaming.show_new(traj.messages)
+        traj = run_episode(streaming, instruction, select(harness.tools), ctx, budgets=harness.budgets,
+                           system_prompt=harness.system_prompt, count_tokens=count_tokens)  # fmt: skip
+        streaming.show_new(traj.messages)  # the results of the last turn
         diff = subprocess.run(["diff", "-ruN", str(repo), str(ws)], capture_output=True, text=True).stdout
         shutil.rmtree(ws, ignore_errors=True)
     return traj, diff.replace(str(ws), "b").replace(str(repo), "a")

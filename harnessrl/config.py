@@ -65,6 +65,31 @@ class ModelConfig(Strict):
 # ----------------------------------------------------------------------------- data
 
 
+class LongHorizonDataConfig(Strict):
+    """The long-horizon suite's share of the data folder (harnessrl/tasks/long_horizon.py)."""
+
+    num_sft: int = Field(0, ge=0, description="expert conversations for SFT, each one row per context segment")
+    num_prompts: int = Field(0, ge=0, description="RL prompts")
+    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
+    tasks_per_repo: int = Field(4, gt=0)
+    facts_min: int = Field(6, ge=2, description="constants a task asks for, at least")
+    facts_max: int = Field(8, ge=2, description="constants a task asks for, at most")
+    verbose_share: float = Field(
+        0.7, ge=0, le=1, description="share of the expert's conversations whose summaries restate whole search results"
+    )
+    trigger: int = Field(
+        216, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
+    )
+    max_summaries: int = Field(3, ge=0, description="the expert's harness: summaries per episode")
+    max_turns: int = Field(12, gt=0, description="the expert's harness: turns per episode")
+
+    @model_validator(mode="after")
+    def _facts_range(self) -> LongHorizonDataConfig:
+        if self.facts_min > self.facts_max:
+            raise ValueError("facts_min must not exceed facts_max")
+        return self
+
+
 class DataConfig(Strict):
     name: str
     dir: str = Field(description="the DVC-tracked data folder, relative to the repo root or absolute")
@@ -82,6 +107,7 @@ class DataConfig(Strict):
         "looking (always wrong): an imperfect expert, as real ones are, whose habit SFT copies and only "
         "RL's outcome reward can correct",
     )
+    long_horizon: LongHorizonDataConfig = Field(default_factory=LongHorizonDataConfig)
 
 
 # ----------------------------------------------------------------------------- stages
@@ -160,19 +186,30 @@ class RLConfig(Strict):
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
+    suites: list[str] = Field(["lookup"], min_length=1, description="the suites of the data's prompts it trains on")
+    overlong_mask: bool = Field(
+        False,
+        description="no gradient for an episode that ran out of a budget (turns, tokens, context, summaries) "
+        "instead of answering: SUPO's overlong masking",
+    )
 
 
 class LongHorizonConfig(RLConfig):
     """RL with self-summarization: the policy compacts its own context at a token trigger."""
 
+    suites: list[str] = Field(["long_horizon"], min_length=1)
+    context: Literal["none", "truncate", "summarize"] = Field(
+        "summarize", description="what the harness does when the context fills (harnessrl/harness/context.py)"
+    )
     context_budget: int = Field(gt=0, description="tokens of context the policy may hold")
     summary_trigger: int = Field(gt=0, description="context tokens at which the policy summarizes")
-    summary_max_tokens: int = Field(gt=0)
+    summary_max_tokens: int = Field(gt=0, description="the cap on one summary turn")
+    max_summaries: int = Field(3, ge=0, description="summaries per episode; the next trigger ends it")
 
     @model_validator(mode="after")
-    def _trigger_fits(self) -> LongHorizonConfig:
-        if self.summary_trigger > self.context_budget:
-            raise ValueError("summary_trigger must not exceed context_budget")
+    def _summary_fits(self) -> LongHorizonConfig:
+        if self.summary_trigger + self.summary_max_tokens > self.context_budget:
+            raise ValueError("summary_trigger + summary_max_tokens must fit in context_budget")
         return self
 
 
@@ -233,6 +270,8 @@ class RewardConfig(Strict):
     tokens: float = Field(0.0, le=0, description="per 1k generated tokens of a solved task")
     parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel, of a solved task")
     clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
+    summary_tokens: float = Field(0.0, le=0, description="per 1k tokens of self-summaries, of a solved task")
+    overlong: float = Field(0.0, le=0, description="per episode that ran out of a budget instead of answering")
 
 
 class EngineConfig(Strict):

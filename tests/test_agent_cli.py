@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from harnessrl.agent import run_agent
+from harnessrl.agent import production_harness, run_agent
 from harnessrl.cli import main
 from harnessrl.harness.episode import AssistantTurn, Budgets
 from harnessrl.harness.protocol import render_calls
@@ -40,7 +40,8 @@ class FixBug:
 def test_agent_streams_turns_and_diffs_a_copy(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     out = io.StringIO()
-    traj, diff = run_agent(FixBug(), repo, "fix add", Budgets(max_turns=5), out=out, answer_user=False)
+    harness = production_harness(None).model_copy(update={"budgets": Budgets(max_turns=5)})
+    traj, diff = run_agent(FixBug(), repo, "fix add", harness, out=out, answer_user=False)
     assert traj.outcome.stop_reason == "final" and traj.counts.parallel_turns == 1
     assert "-    return a - b" in diff and "+    return a + b" in diff
     assert (repo / "pkg" / "calc.py").read_text().endswith("return a - b\n")  # the real repo is untouched

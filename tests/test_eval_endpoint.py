@@ -70,10 +70,10 @@ def server(tiny_base: dict[str, Path]):
     from harnessrl.model.checkpoint import load
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
-    from harnessrl.engines.policy import HFPolicy
+    from harnessrl.model.prompts import PromptRenderer
 
     srv.model, srv.tok = load(tiny_base["base"])
-    srv.render = HFPolicy(srv.model, srv.tok, 0.0, 1)
+    srv.render = PromptRenderer(srv.tok, srv.model.config.max_position_embeddings)
     srv.lock, srv.requests = threading.Lock(), 0
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -87,22 +87,22 @@ def test_a_turn_through_the_endpoint_equals_the_local_policy_token_for_token(ser
 
     srv, url = server
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Where is X?"}]
-    local = HFPolicy(srv.model, srv.tok, temperature=0.0, max_new_tokens=16)(messages, [], 1000)
-    remote = ChatEndpointPolicy(url, served_model(url), temperature=0.0, max_new_tokens=16)(messages, [], 1000)
+    local = HFPolicy(srv.model, srv.tok, temperature=0.0)(messages, [], 16)
+    remote = ChatEndpointPolicy(url, served_model(url), temperature=0.0)(messages, [], 16)
     assert remote.text == local.text and remote.token_ids == local.token_ids
     assert remote.logprobs == pytest.approx(local.logprobs, abs=1e-5)
     assert len(remote.token_ids) > 0
     # Without the token-id extension the turn still comes back, with no ids (the harness estimates).
-    plain = ChatEndpointPolicy(url, "tiny", 0.0, 16, token_ids=False)(messages, [], 1000)
+    plain = ChatEndpointPolicy(url, "tiny", 0.0, token_ids=False)(messages, [], 16)
     assert plain.text == local.text and plain.token_ids is None
 
 
 def test_endpoint_errors_name_the_url_and_a_full_context_is_an_empty_turn(server) -> None:
     _, url = server
     with pytest.raises(EndpointError, match=r"/chat/completions: HTTP 404: .*not found"):
-        ChatEndpointPolicy(url, "no-such-model", 0.0, 8)([{"role": "user", "content": "hi"}], [], 100)
+        ChatEndpointPolicy(url, "no-such-model", 0.0)([{"role": "user", "content": "hi"}], [], 8)
     huge = [{"role": "user", "content": "x " * 3000}]  # longer than the tiny model's 1024 positions
-    turn = ChatEndpointPolicy(url, "tiny", 0.0, 8)(huge, [], 100)
+    turn = ChatEndpointPolicy(url, "tiny", 0.0)(huge, [], 8)
     assert turn.text == "" and turn.token_ids == []
 
 

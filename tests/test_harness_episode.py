@@ -124,8 +124,8 @@ def test_full_episode_record(ctx):
     assert traj.messages[6]["content"].startswith("error: your last turn could not be run")
     assert traj.messages[8]["content"] == "yes, fix the typo"
     assert traj.messages[11]["content"].startswith("error: file not found")
-    assert policy.seen[0] == (2, ["list_dir", "read_file", "edit_file", "ask_user", "finish"], 32768)
-    assert policy.seen[1][2] == 32768 - 3  # three token ids spent in turn 1
+    assert policy.seen[0] == (2, ["list_dir", "read_file", "edit_file", "ask_user", "finish"], 1024)  # the turn cap
+    assert policy.seen[1][2] == 1024
 
     calls = traj.turns[3].calls
     assert [cr.name for cr in calls] == ["edit_file", "read_file"] and [cr.error for cr in calls] == [

@@ -70,6 +70,7 @@ def traj(task_id="t", turns=(), answer=None, end=None):
     return Trajectory(
         task_id=task_id,
         messages=[],
+        opening=0,
         tools=[],
         turns=records,
         counts=counts,

@@ -10,14 +10,15 @@ W = RewardConfig()
 
 def traj(success: bool, **counts: int) -> Trajectory:
     return Trajectory(
-        task_id="t", messages=[], tools=[], turns=[], counts=Counts(**counts), budgets=Budgets(),
+        task_id="t", messages=[], opening=0, tools=[], turns=[], counts=Counts(**counts), budgets=Budgets(),
         outcome=Outcome(stop_reason="final", success=success), wall_s=0.0, started_at=0.0,
     )  # fmt: skip
 
 
 def test_components_are_named_and_weighted():
     c = reward_components(traj(True, turns=3, tokens=2000, parallel_turns=1, malformed_turns=1, ask_user=2), W, 1)
-    assert c == {"outcome": 1.0, "malformed": -1.0, "turns": -0.06, "tokens": 0.0, "parallel": 0.05, "clarify": -0.1}
+    assert c == {"outcome": 1.0, "malformed": -1.0, "turns": -0.06, "tokens": 0.0, "parallel": 0.05, "clarify": -0.1,
+                 "summary_tokens": 0.0, "overlong": 0.0}  # fmt: skip
     assert total(c) == sum(c.values())
 
 

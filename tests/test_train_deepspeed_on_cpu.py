@@ -41,12 +41,10 @@ def test_golden_cpt_losses_single_process(tiny_base: dict, tmp_path: Path) -> No
 
 def corpus_tokens(tiny_base: dict) -> list[int]:
     from harnessrl.data.build import corpus_files
+    from harnessrl.model import tokenizer
 
     _, tok = load(tiny_base["base"])
-    out: list[int] = []
-    for p in corpus_files(tiny_base["data"]):
-        out += [*tok.encode(p.read_text(), add_special_tokens=False), tok.eos_token_id]
-    return out
+    return tokenizer.corpus_tokens(tok, corpus_files(tiny_base["data"]))
 
 
 class Crash(Exception):

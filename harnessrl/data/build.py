@@ -1,12 +1,15 @@
 """Build the recipe's data folder deterministically: same seed and code, same bytes.
 
-The folder is a lookup suite directory (see harnessrl/tasks/task.py) plus the stages' files:
+The folder is a suite directory (see harnessrl/tasks/task.py) of the lookup and long-horizon suites,
+which share its repos, plus the stages' files:
   repos/{train,heldout}/<repo>/...   generated Python repos; the train ones are the CPT code corpus
-  tasks/{train,heldout}.jsonl        every lookup task, by split (held-out repos are never trained on)
+  tasks/{train,heldout}.jsonl        every task, by split (held-out repos are never trained on)
   suite.json                         how the suite was built, and under "data" the data config (less dir)
-  sft.jsonl                          {"messages": [...]}: the expert's trajectories, run in the harness
-  prompts.jsonl                      RL tasks (train split)
+  sft.jsonl                          {"messages": [...]}: the expert's trajectories, run in the harness;
+                                     a long-horizon one as a row per context segment
+  prompts.jsonl                      RL tasks (train split), both suites; each stage takes its suites
   heldout.jsonl                      eval tasks (held-out split)
+  harness.json                       the harness the SFT conversations were made in
 
 A row of prompts/heldout carries the whole task under "task" (its "repo" is relative to this folder),
 so a stage runs an episode with `run_task(Task.model_validate(row["task"]), data_dir, policy)`. The
@@ -20,9 +23,12 @@ import json
 import random
 from pathlib import Path
 
-from harnessrl.config import ConfigError, DataConfig
+from harnessrl.config import ConfigError, DataConfig, LongHorizonDataConfig
+from harnessrl.harness.context import ContextConfig
+from harnessrl.harness.episode import Budgets
+from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
-from harnessrl.tasks import lookup
+from harnessrl.tasks import long_horizon, lookup
 from harnessrl.tasks.expert import expert_trajectories
 from harnessrl.tasks.run import prompt_messages
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
@@ -36,16 +42,37 @@ def build(cfg: DataConfig, out: Path) -> Path:
         tasks = {s: [t for _, _, ts in repos for t in ts if t.split == s] for s in SPLITS}
         for rel, repo, _ in repos:
             repo.write(tmp / rel)
+        sft = _take(rng, tasks["train"], cfg.num_sft)
+        sft_rows = [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share)]
+        prompts = _take(rng, tasks["train"], cfg.num_prompts)
+        heldout = _take(rng, tasks["heldout"], cfg.num_heldout)
+
+        # The long-horizon suite asks about the same repos, drawn from a generator of its own, so the
+        # lookup data above is the same with or without it.
+        lh_cfg, lh_rng = cfg.long_horizon, random.Random(f"long_horizon-{cfg.seed}")
+        lh = {s: [] for s in SPLITS}
+        for rel, repo, _ in repos:
+            split = rel.split("/")[1]
+            lh[split] += long_horizon.repo_tasks(lh_rng, repo, rel, split, lh_cfg.tasks_per_repo,
+                                                 (lh_cfg.facts_min, lh_cfg.facts_max))  # fmt: skip
+        if lh_cfg.num_sft:
+            sft_rows += [{"messages": seg} for seg in _summarizing_expert(_take(lh_rng, lh["train"], lh_cfg.num_sft),
+                                                                          tmp, lh_cfg)]  # fmt: skip
+        prompts += _take(lh_rng, lh["train"], lh_cfg.num_prompts) if lh_cfg.num_prompts else []
+        heldout += _take(lh_rng, lh["heldout"], lh_cfg.num_heldout) if lh_cfg.num_heldout else []
+
         for split in SPLITS:
-            write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split])
-        counts = {s: len(tasks[s]) for s in SPLITS}
+            write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split])
+        counts = {s: len(tasks[s]) + len(lh[s]) for s in SPLITS}
         write_suite_info(tmp, {"suite": lookup.SUITE, "seed": cfg.seed, "num": sum(counts.values()),
                                "source": None, "counts": counts, "data": _recorded(cfg)})  # fmt: skip
-
-        sft = _take(rng, tasks["train"], cfg.num_sft)
-        _jsonl(tmp / "sft.jsonl", [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share)])
-        _jsonl(tmp / "prompts.jsonl", [_row(t) for t in _take(rng, tasks["train"], cfg.num_prompts)])
-        _jsonl(tmp / "heldout.jsonl", [_row(t) for t in _take(rng, tasks["heldout"], cfg.num_heldout)])
+        _jsonl(tmp / "sft.jsonl", sft_rows)
+        _jsonl(tmp / "prompts.jsonl", [_row(t) for t in prompts])
+        _jsonl(tmp / "heldout.jsonl", [_row(t) for t in heldout])
+        # The harness the SFT conversations were made in: its tools and system prompt, which SFT
+        # hands on to its checkpoint. (The expert compacted at its own estimate of tokens; the
+        # context policy a checkpoint runs under is set by the long-horizon stage.)
+        save_harness(HarnessSpec.training(tools_of([lookup.TOOLS, long_horizon.TOOLS]), Budgets()), tmp)
     return out
 
 
@@ -85,6 +112,24 @@ def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> 
                            f"or a guess was right), e.g. {failed[0]}: "
                            f"{trajectories[failed[0]].outcome.details}")  # fmt: skip
     return [trajectories[t.id].messages for t in tasks]
+
+
+def _summarizing_expert(tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConfig) -> list[list[dict]]:
+    """The expert's long-horizon conversations, one per context segment: it summarizes whenever its
+    context reaches `cfg.trigger` (estimated tokens), so SFT learns the format of a summary turn and
+    how to go on from one. Verbose summaries on a `verbose_share` of tasks, by each task's own coin."""
+    unique = list({t.id: t for t in tasks}.values())
+    verbose = frozenset(t.id for t in unique if random.Random(f"verbose-{t.id}").random() < cfg.verbose_share)
+    context = ContextConfig(policy="summarize", budget=cfg.trigger + 100_000, trigger=cfg.trigger,
+                            summary_max_tokens=100_000, max_summaries=cfg.max_summaries)  # fmt: skip
+    budgets = Budgets(max_turns=cfg.max_turns, context=context)
+    trajectories = expert_trajectories(unique, suite_dir, workers=4, budgets=budgets, verbose=verbose)
+    by_id = {tr.task_id: tr for tr in trajectories}
+    failed = [i for i, tr in by_id.items() if not tr.outcome.success]
+    if failed:
+        raise RuntimeError(f"the expert failed {len(failed)} long-horizon tasks, e.g. {failed[0]}: "
+                           f"{by_id[failed[0]].outcome.details}")  # fmt: skip
+    return [seg for t in tasks for seg in by_id[t.id].segments()]
 
 
 def guessed_tasks(tasks: list[Task], share: float) -> frozenset[str]:

@@ -6,9 +6,8 @@ ones are still running tools), the batcher samples all of them in one batch, in 
 batch is thus the same set in the same order on every run, so seeded sampling gives the same
 trajectories, while generation costs one batched call per turn instead of one per episode.
 
-Generation is pluggable (`generate_fn`, a rollout engine's `generate`): by default the local model
-samples through the `hf` engine; a vLLM engine or the async fleet's remote rollout workers
-(harnessrl/rl/fleet.py) can sample instead. A completion's `version` (the policy weights that
+Generation is a rollout engine's `generate` (`generate_fn`): the local model through the `hf` engine,
+a vLLM engine, or the async fleet's remote rollout workers (harnessrl/rl/fleet.py). A completion's `version` (the policy weights that
 produced it) is recorded: `versions[slot]` is the oldest version any turn of that episode was
 sampled with.
 """
@@ -19,9 +18,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from harnessrl.engines.hf import Completion, HFEngine
-from harnessrl.engines.policy import HFPolicy
+from harnessrl.engines.hf import Completion
 from harnessrl.harness.episode import AssistantTurn
+from harnessrl.model.prompts import PromptRenderer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -30,12 +29,8 @@ GenerateFn = Callable[[list[tuple[list[int], int]], int], list[Completion]]
 
 
 class LockstepBatcher:
-    def __init__(
-        self, model, tok, temperature: float, max_new_tokens: int, seed: int = 0, generate_fn: GenerateFn | None = None
-    ) -> None:
-        self.single = HFPolicy(model, tok, temperature, max_new_tokens, seed)  # rendering, stop ids, context
-        self.seed = seed
-        self.generate_fn = generate_fn or HFEngine(model, tok, temperature).generate
+    def __init__(self, renderer: PromptRenderer, generate_fn: GenerateFn, seed: int = 0) -> None:
+        self.renderer, self.generate_fn, self.seed = renderer, generate_fn, seed
         self.versions: dict[int, int] = {}  # slot -> oldest policy version of its turns (versioned completions)
         self._cv = threading.Condition()
         self._live: set[int] = set()
@@ -72,10 +67,9 @@ class LockstepBatcher:
     def _turn(
         self, i: int, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
     ) -> AssistantTurn:
-        prompt = self.single.prompt_ids(messages, tools)
-        room = min(self.single.max_new_tokens, max_tokens, self.single.context - len(prompt))
+        prompt = self.renderer.prompt_ids(messages, tools)
         with self._cv:
-            self._pending[i] = (prompt, room)
+            self._pending[i] = (prompt, self.renderer.room(prompt, max_tokens))
             self._maybe_flush()
             while i not in self._results and self._error is None:
                 self._cv.wait()
@@ -102,16 +96,16 @@ class LockstepBatcher:
         self._cv.notify_all()
 
     def _generate(self, requests: list[tuple[list[int], int]]) -> tuple[list[AssistantTurn], list[int | None]]:
-        out = [AssistantTurn(text="", token_ids=[], logprobs=[]) for _ in requests]
+        # A full context gets an empty turn, which the harness counts as malformed.
+        out = [AssistantTurn(text="", token_ids=[], logprobs=[], prompt_ids=p, finish="length") for p, _ in requests]
         versions: list[int | None] = [None] * len(requests)
-        live = [k for k, (_, room) in enumerate(requests) if room > 0]  # a full context gets an empty turn
+        live = [k for k, (_, room) in enumerate(requests) if room > 0]
         if live:
             self._batches += 1
             completions = self.generate_fn([requests[k] for k in live], self.seed * 1_000_003 + self._batches)
             for k, c in zip(live, completions, strict=True):
-                room = requests[k][1]
-                ids, lps = c.token_ids[:room], c.logprobs[:room]  # each request keeps to its own budget
-                body = ids[:-1] if ids and ids[-1] in self.single._stop else ids
-                out[k] = AssistantTurn(text=self.single.tok.decode(body), token_ids=ids, logprobs=lps)
+                prompt, room = requests[k]
+                # each request keeps to its own budget
+                out[k] = self.renderer.turn(prompt, c.token_ids[:room], c.logprobs[:room], room)
                 versions[k] = c.version
         return out, versions

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from harnessrl.model.tokenizer import EOS, IM_END
+from harnessrl.model.tokenizer import stop_ids
 
 
 @dataclass(frozen=True)
@@ -22,12 +22,6 @@ class Completion:
     token_ids: list[int]  # ends with the end-of-turn token when the model emitted one
     logprobs: list[float]  # one per token
     version: int | None = None  # the policy version whose weights sampled it, where an engine tracks one
-
-
-def stop_ids(tok) -> list[int]:
-    """The ids that end a turn (<|im_end|>, <|endoftext|>), in every engine."""
-    stop = [tok.convert_tokens_to_ids(t) for t in (IM_END, EOS)]
-    return [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
 
 
 def sample(scores: torch.Tensor, temperature: float, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -95,14 +95,13 @@ class ChatEndpointPolicy:
         base_url: str,
         model: str,
         temperature: float,
-        max_new_tokens: int,
         seed: int = 0,
         token_ids: bool = True,
         timeout_s: float = 300.0,
         api_key: str | None = None,
     ) -> None:
         self.url, self.model = completions_url(base_url), model
-        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.temperature = temperature
         self.seed, self.token_ids, self.timeout_s, self.api_key = seed, token_ids, timeout_s, api_key
         self._turn = 0
 
@@ -110,7 +109,7 @@ class ChatEndpointPolicy:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
-            "max_tokens": min(self.max_new_tokens, max_tokens),
+            "max_tokens": max_tokens,
             "temperature": self.temperature,
             "seed": self.seed * 1_000_003 + self._turn,
         }
@@ -139,4 +138,5 @@ class ChatEndpointPolicy:
         if msg.get("tool_calls"):
             text = "\n".join(p for p in (text, _calls_as_text(msg["tool_calls"])) if p)
         ids, logprobs = _token_ids(choice)
-        return AssistantTurn(text=text, token_ids=ids, logprobs=logprobs)
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return AssistantTurn(text=text, token_ids=ids, logprobs=logprobs, finish=finish)

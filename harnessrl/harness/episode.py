@@ -17,7 +17,17 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.harness.context import (
+    SUMMARIZE_REQUEST,
+    ContextConfig,
+    TokenCounter,
+    approx_tokens,
+    state_message,
+    truncate_turns,
+)
 from harnessrl.harness.protocol import (
+    CALL_CLOSE,
+    CALL_OPEN,
     ParsedTurn,
     ToolCall,
     parse_turn,
@@ -29,18 +39,21 @@ from harnessrl.harness.tools import Tool, ToolContext, ToolError, truncate
 
 
 class AssistantTurn(BaseModel):
-    """What a policy returns for one turn. Engines that sample supply token ids and logprobs."""
+    """What a policy returns for one turn. Engines that sample supply the exact prompt ids they were
+    given, the token ids they sampled and each token's behaviour logprob."""
 
     model_config = ConfigDict(extra="forbid")
     text: str
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    prompt_ids: list[int] | None = None
+    finish: Literal["stop", "length"] | None = None  # length: the turn ran into its token cap
 
 
 class Policy(Protocol):
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
-        """The next assistant turn. `tools` is the OpenAI-format list (for a chat template's
-        `tools=`); `max_tokens` is what is left of the episode's token budget."""
+        """The next assistant turn, at most `max_tokens` tokens long. `tools` is the OpenAI-format list
+        (for a chat template's `tools=`)."""
         ...
 
 
@@ -49,12 +62,18 @@ Checker = Callable[[Path, str | None], tuple[bool, dict[str, Any]]]
 
 
 class Budgets(BaseModel):
+    """What bounds an episode. Three token budgets, each named, each its own stop reason: the
+    per-turn cap (a turn that hits it is marked `capped`), the episode's generated tokens, and the
+    context the policy may hold (`context.budget`, with the policy that manages it)."""
+
     model_config = ConfigDict(extra="forbid")
-    max_turns: int = 30
-    max_tokens: int = 32768  # generated tokens over the episode (len(text)//4 when no token ids)
+    max_turns: int = Field(30, gt=0)  # assistant turns; summaries are counted apart (context.max_summaries)
+    max_turn_tokens: int = Field(1024, gt=0)  # the per-turn cap
+    max_tokens: int = Field(32768, gt=0)  # generated over the episode (len(text)//4 when no token ids)
     wall_s: float = 900.0  # checked between turns; commands are also cut off at the deadline
     max_calls_per_turn: int = 8
     max_parallel: int = 8  # threads running one turn's calls
+    context: ContextConfig = ContextConfig()
 
 
 class CallRecord(BaseModel):
@@ -68,11 +87,19 @@ class CallRecord(BaseModel):
 
 
 class TurnRecord(BaseModel):
+    """One sampled turn. Its prompt is stored as a delta: the first `prompt_reused` ids are the
+    previous turn's prompt and completion, `prompt_ids` the rest (Trajectory.prompts rebuilds them),
+    so a long episode does not store its context once per turn."""
+
     model_config = ConfigDict(extra="forbid")
     index: int
-    kind: Literal["tool_calls", "final", "malformed"]
+    kind: Literal["tool_calls", "final", "malformed", "summary"]
     text: str
+    segment: int = 0  # which context segment: each summary starts a new one
+    capped: bool = False  # ended by the per-turn cap, not by the policy
     reasoning: str | None = None
+    prompt_reused: int = 0
+    prompt_ids: list[int] | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     calls: list[CallRecord] = []
@@ -82,29 +109,55 @@ class TurnRecord(BaseModel):
 
 class Counts(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    turns: int = 0
+    turns: int = 0  # assistant turns, summaries not included
     tool_calls: int = 0
     parallel_turns: int = 0  # turns with more than one call
-    malformed_turns: int = 0
+    malformed_turns: int = 0  # summaries included
     tool_errors: int = 0
     ask_user: int = 0
-    tokens: int = 0
+    tokens: int = 0  # generated, summaries included
+    capped_turns: int = 0
+    summaries: int = 0
+    summary_tokens: int = 0
+
+
+StopReason = Literal["final", "end_tool", "max_turns", "max_tokens", "wall_clock", "context_budget", "max_summaries"]
+# Episodes that ran out of a budget rather than ending by the policy's own choice (SUPO's "overlong").
+OVERLONG: frozenset[str] = frozenset({"max_turns", "max_tokens", "wall_clock", "context_budget", "max_summaries"})
 
 
 class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    stop_reason: Literal["final", "end_tool", "max_turns", "max_tokens", "wall_clock"]
+    stop_reason: StopReason
     final_answer: str | None = None
     success: bool | None = None  # None when no checker was given
     details: dict[str, Any] = {}
 
 
+class Compaction(BaseModel):
+    """One context compaction, where it happened and what it did."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["summarize", "truncate"]
+    before_turn: int  # index in `turns` of the first turn that saw the compacted context
+    message: int  # index in `messages` (the transcript) of the first message after it
+    tokens_before: int
+    tokens_after: int
+    summary_turn: int | None = None  # summarize: index in `turns` of the summary
+    dropped_turns: int = 0  # truncate: whole turns dropped
+
+
 class Trajectory(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task_id: str
+    # The transcript: every message in the order it happened. Without compaction it is exactly what
+    # the policy saw; a summary adds the request, the summary and the state message the next segment
+    # starts from (see `segments`).
     messages: list[dict[str, Any]]
+    opening: int  # how many first messages (system prompt, task) every segment starts with
     tools: list[dict[str, Any]]
     turns: list[TurnRecord]
+    compactions: list[Compaction] = []
     counts: Counts
     outcome: Outcome
     budgets: Budgets
@@ -115,6 +168,36 @@ class Trajectory(BaseModel):
 
     def to_jsonl(self) -> str:
         return self.model_dump_json() + "\n"
+
+    def prompts(self) -> list[list[int] | None]:
+        """Each turn's exact prompt ids (None where the engine gave none), rebuilt from the deltas."""
+        out: list[list[int] | None] = []
+        prev: list[int] = []
+        for t in self.turns:
+            if t.prompt_ids is None:
+                out.append(None)
+                prev = []
+                continue
+            full = prev[: t.prompt_reused] + t.prompt_ids
+            out.append(full)
+            prev = full + (t.token_ids or [])
+        return out
+
+    def segments(self) -> list[list[dict[str, Any]]]:
+        """The conversation of each segment as the policy saw it: the opening messages, then that
+        segment's messages up to its summary (or to the end). Truncation drops turns from the live
+        context but starts no segment."""
+        cuts = [c.message for c in self.compactions if c.kind == "summarize"]  # each new segment's first message
+        starts, ends = [self.opening, *cuts], [*cuts, len(self.messages)]
+        return [self.messages[: self.opening] + self.messages[s:e] for s, e in zip(starts, ends, strict=True)]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _run_call(call: ToolCall, tool: Tool, ctx: ToolContext, t0: float) -> CallRecord:
@@ -167,6 +250,24 @@ def _check(checker: Checker | None, workspace: Path, answer: str | None) -> tupl
         return False, {"checker_error": f"{type(e).__name__}: {e}"}
 
 
+def _budget_stop(counts: Counts, budgets: Budgets, deadline: float) -> StopReason | None:
+    if counts.turns >= budgets.max_turns:
+        return "max_turns"
+    if counts.tokens >= budgets.max_tokens:
+        return "max_tokens"
+    if time.monotonic() >= deadline:
+        return "wall_clock"
+    return None
+
+
+def _summary_errors(text: str) -> list[str]:
+    if not text.strip():
+        return ["empty summary"]
+    if CALL_OPEN in text or CALL_CLOSE in text:
+        return ["a summary has no tool calls; they were not run"]
+    return []
+
+
 def run_episode(
     policy: Policy,
     prompt: str,
@@ -177,59 +278,114 @@ def run_episode(
     system_prompt: str | None = None,
     task_id: str = "",
     meta: dict[str, Any] | None = None,
+    count_tokens: TokenCounter | None = None,
 ) -> Trajectory:
-    """Run one episode in `ctx.workspace` and return its trajectory. Exceptions from the policy
-    propagate (an engine failure is not the model's fault and must not become a zero reward)."""
+    """Run one episode in `ctx.workspace` and return its trajectory. `count_tokens` measures the
+    context in the policy's tokens for the context policy (default: an estimate from characters).
+    Exceptions from the policy propagate (an engine failure is not the model's fault and must not
+    become a zero reward)."""
     budgets = budgets or Budgets()
+    managed = budgets.context
+    count = count_tokens or approx_tokens
     started_at, t0 = time.time(), time.monotonic()
     ctx.deadline = t0 + budgets.wall_s
     rendered_tools = render_tools(tools)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": prompt})
+    opening: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    opening.append({"role": "user", "content": prompt})
+    context = list(opening)  # what the policy sees now
+    transcript = list(opening)  # everything that happened, in order
     turns: list[TurnRecord] = []
+    compactions: list[Compaction] = []
     counts = Counts()
+    segment = 0
+    last_ids: list[int] = []  # the previous turn's prompt and completion, for the prompt delta
     final_answer: str | None = None
 
-    while True:
-        if counts.turns >= budgets.max_turns:
-            stop = "max_turns"
-            break
-        if counts.tokens >= budgets.max_tokens:
-            stop = "max_tokens"
-            break
-        if time.monotonic() >= ctx.deadline:
-            stop = "wall_clock"
-            break
+    def add(*messages: dict[str, Any]) -> None:
+        context.extend(messages)
+        transcript.extend(messages)
 
+    def sample(messages: list[dict[str, Any]], max_tokens: int, kind: str) -> TurnRecord:
+        """One policy call, recorded and counted."""
+        nonlocal last_ids
         p0 = time.monotonic()
-        turn = policy(messages, rendered_tools, budgets.max_tokens - counts.tokens)
-        policy_s = time.monotonic() - p0
-        counts.turns += 1
-        counts.tokens += len(turn.token_ids) if turn.token_ids is not None else len(turn.text) // 4
-        messages.append({"role": "assistant", "content": turn.text})
-        parsed: ParsedTurn = parse_turn(turn.text, tools, budgets.max_calls_per_turn)
-        record = TurnRecord(
-            index=counts.turns - 1,
-            kind=parsed.kind,
-            text=turn.text,
-            reasoning=parsed.reasoning,
-            token_ids=turn.token_ids,
-            logprobs=turn.logprobs,
-            errors=parsed.errors,
-            policy_s=policy_s,
-        )
+        turn = policy(messages, rendered_tools, max_tokens)
+        record = TurnRecord(index=len(turns), kind=kind, text=turn.text, segment=segment,  # type: ignore[arg-type]
+                            capped=turn.finish == "length", token_ids=turn.token_ids, logprobs=turn.logprobs,
+                            policy_s=time.monotonic() - p0)  # fmt: skip
+        if turn.prompt_ids is not None:
+            record.prompt_reused = _common_prefix(last_ids, turn.prompt_ids)
+            record.prompt_ids = turn.prompt_ids[record.prompt_reused :]
+            last_ids = turn.prompt_ids + (turn.token_ids or [])
         turns.append(record)
+        generated = len(turn.token_ids) if turn.token_ids is not None else len(turn.text) // 4
+        counts.tokens += generated
+        counts.capped_turns += record.capped
+        if kind == "summary":
+            counts.summaries += 1
+            counts.summary_tokens += generated
+        return record
+
+    while True:
+        stop = _budget_stop(counts, budgets, ctx.deadline)
+        if stop:
+            break
+        room = budgets.max_turn_tokens
+        if managed.counts_tokens:
+            used = count(context, rendered_tools)
+            if managed.policy == "summarize" and used >= managed.trigger:  # type: ignore[operator]
+                if counts.summaries >= managed.max_summaries:
+                    stop = "max_summaries"
+                    break
+                asked = [*context, {"role": "user", "content": SUMMARIZE_REQUEST}]
+                cap = min(managed.summary_max_tokens, budgets.max_tokens - counts.tokens,
+                          managed.budget - count(asked, rendered_tools))  # type: ignore[operator]  # fmt: skip
+                if cap <= 0:  # a tool result overfilled the context: no room left even for a summary
+                    stop = "context_budget"
+                    break
+                record = sample(asked, cap, "summary")
+                record.errors = _summary_errors(record.text)
+                counts.malformed_turns += bool(record.errors)  # recorded and penalised, never dropped
+                state = state_message(record.text.strip(), counts.summaries, managed.max_summaries,
+                                      budgets.max_turns - counts.turns)  # fmt: skip
+                transcript.extend([asked[-1], {"role": "assistant", "content": record.text}])
+                context[:] = opening
+                add(state)
+                segment += 1
+                compactions.append(Compaction(kind="summarize", before_turn=len(turns), message=len(transcript) - 1,
+                                              tokens_before=used, tokens_after=count(context, rendered_tools),
+                                              summary_turn=record.index))  # fmt: skip
+                continue
+            if managed.policy == "truncate":
+                fits = lambda m: count(m, rendered_tools) + budgets.max_turn_tokens <= managed.budget
+                dropped = truncate_turns(context, len(opening), fits)
+                if dropped:
+                    after = count(context, rendered_tools)
+                    compactions.append(Compaction(kind="truncate", before_turn=len(turns), message=len(transcript),
+                                                  tokens_before=used, tokens_after=after, dropped_turns=dropped))  # fmt: skip
+                    used = after
+            if managed.budget is not None:
+                room = min(room, managed.budget - used)
+                if room <= 0:
+                    stop = "context_budget"
+                    break
+
+        record = sample(context, min(room, budgets.max_tokens - counts.tokens), "tool_calls")
+        counts.turns += 1
+        add({"role": "assistant", "content": record.text})
+        parsed: ParsedTurn = parse_turn(record.text, tools, budgets.max_calls_per_turn)
+        record.kind, record.reasoning, record.errors = parsed.kind, parsed.reasoning, parsed.errors
 
         if parsed.kind == "final":
             final_answer, stop = parsed.final_text, "final"
             break
         if parsed.kind == "malformed":
             counts.malformed_turns += 1
-            messages += tool_messages([render_errors(parsed)])
+            add(*tool_messages([render_errors(parsed)]))
             continue
 
         record.calls = _run_calls(parsed.calls, tools, ctx, t0, budgets.max_parallel)
-        messages += tool_messages([c.output for c in record.calls])
+        add(*tool_messages([c.output for c in record.calls]))
         counts.tool_calls += len(record.calls)
         counts.parallel_turns += len(record.calls) > 1
         counts.tool_errors += sum(c.error for c in record.calls)
@@ -244,9 +400,11 @@ def run_episode(
     success, details = _check(checker, ctx.workspace, final_answer)
     return Trajectory(
         task_id=task_id,
-        messages=messages,
+        messages=transcript,
+        opening=len(opening),
         tools=rendered_tools,
         turns=turns,
+        compactions=compactions,
         counts=counts,
         outcome=Outcome(stop_reason=stop, final_answer=final_answer, success=success, details=details),
         budgets=budgets,

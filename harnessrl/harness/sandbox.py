@@ -177,9 +177,11 @@ def _bwrap_path() -> str | None:
 
 
 def _python_prefixes() -> list[str]:
-    """Directories the interpreter needs, outside /usr (pyenv lives under /root, venvs anywhere)."""
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return sorted(p for p in paths if not p.startswith("/usr/") and p != "/usr")
+    """Directories the interpreter needs, outside /usr (pyenv lives under /root, venvs anywhere), the
+    running environment's own first: its bin/ leads the sandbox's PATH, so `python` in the sandbox
+    is the interpreter the harness runs under (a venv's, never the base one it was made from)."""
+    paths = [os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)]
+    return [p for p in dict.fromkeys(paths) if not p.startswith("/usr/") and p != "/usr"]
 
 
 def _parents(path: str) -> list[str]:

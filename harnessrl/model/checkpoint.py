@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedModel, Qwen2Config
 
 from harnessrl.config import ArchConfig
-from harnessrl.model.tokenizer import PAD
+from harnessrl.model.tokenizer import PAD, stop_ids
 
 
 class CheckpointError(ValueError):
@@ -51,7 +51,12 @@ def load(path: Path | str, dtype: str = "float32") -> tuple[PreTrainedModel, obj
     return model, tok
 
 
-def save(model: PreTrainedModel, tok: object, out: Path) -> None:
-    """HF safetensors weights, config and tokenizer (with its chat template) into `out`."""
-    model.save_pretrained(out, safe_serialization=True)
+def save(model: PreTrainedModel, tok, out: Path, state_dict: dict | None = None) -> None:
+    """HF safetensors weights, config and tokenizer (with its chat template) into `out`.
+
+    generation_config.json names every id that ends a turn, so a standard server (vLLM, HF generate)
+    stops at <|im_end|> instead of running on to its max_tokens."""
+    model.generation_config.eos_token_id = stop_ids(tok)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
     tok.save_pretrained(out)

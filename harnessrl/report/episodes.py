@@ -16,42 +16,53 @@ from harnessrl.report.metrics import episode_row
 from harnessrl.tasks.task import Task
 
 
-def _budgets(cfg: EvalConfig):
+def eval_budgets(cfg: EvalConfig, context=None):
+    """The eval's harness budgets: its per-turn and per-episode caps, and a context policy if given."""
+    from harnessrl.harness.context import ContextConfig
     from harnessrl.harness.episode import Budgets
 
-    return Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_turns * cfg.max_new_tokens)
+    return Budgets(max_turns=cfg.max_turns, max_turn_tokens=cfg.max_new_tokens,
+                   max_tokens=cfg.max_turns * cfg.max_new_tokens, context=context or ContextConfig())  # fmt: skip
 
 
 def checkpoint_rows(
-    path: Path | str, tasks: list[Task], data_dir: Path, cfg: EvalConfig, dtype: str, engine: EngineConfig | None = None
+    path: Path | str,
+    tasks: list[Task],
+    data_dir: Path,
+    cfg: EvalConfig,
+    dtype: str,
+    engine: EngineConfig | None = None,
+    budgets=None,
 ) -> list[dict]:
     """Every task under every seed with a local HF checkpoint, batched one generate per turn, on the
-    `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL rolls out."""
+    `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL rolls out. `budgets`
+    defaults to the eval's own (eval_budgets)."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
-    from harnessrl.engines.batched import LockstepBatcher
     from harnessrl.model.checkpoint import load
-    from harnessrl.tasks import run_task
+    from harnessrl.model.prompts import PromptRenderer
+    from harnessrl.rl.rollouts import run_group
     from harnessrl.tasks.run import BASE_UID
 
-    model, tok = load(path, dtype)  # the batcher renders prompts with its tokenizer and context
-    vllm = None
+    model, tok = load(path, dtype)
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     if engine is not None and engine.kind == "vllm":
         from harnessrl.engines.vllm import VLLMEngine
 
-        vllm = VLLMEngine(path, engine, dtype, cfg.temperature)
-    budgets = _budgets(cfg)
+        sampler = VLLMEngine(path, engine, dtype, cfg.temperature)
+    else:
+        from harnessrl.engines.hf import HFEngine
+
+        sampler = HFEngine(model, tok, cfg.temperature)
+    budgets = budgets or eval_budgets(cfg)
+    uids = range(BASE_UID, BASE_UID + len(tasks))
     rows: list[dict[str, Any]] = []
     try:
         for seed in cfg.seeds:
-            generate_fn = vllm.generate if vllm else None
-            batcher = LockstepBatcher(model, tok, cfg.temperature, cfg.max_new_tokens, seed, generate_fn)
-            trajs = batcher.run(
-                tasks, lambda task, policy, slot: run_task(task, data_dir, policy, budgets, uid=BASE_UID + slot)
-            )
+            trajs, _ = run_group(tasks, data_dir, budgets, renderer, sampler.generate, seed, uids)
             rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
     finally:
-        if vllm:
-            vllm.close()
+        if engine is not None and engine.kind == "vllm":
+            sampler.close()
     return rows
 
 
@@ -77,11 +88,10 @@ def endpoint_rows(
             url,
             model,
             cfg.temperature,
-            cfg.max_new_tokens,
             seed=seed * 100_003 + index[task.id],
             token_ids=token_ids,
             api_key=api_key,
         )
-        trajs = run_tasks(tasks, data_dir, policy_for, workers=workers, budgets=_budgets(cfg))
+        trajs = run_tasks(tasks, data_dir, policy_for, workers=workers, budgets=eval_budgets(cfg))
         rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
     return rows

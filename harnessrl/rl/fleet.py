@@ -7,11 +7,11 @@ Three kinds of process:
   place; `generate(requests, seed)` samples one batch. Every completion carries the version of the
   weights that produced it.
 - `EnvWorker` (threaded actor): runs whole groups of sandboxed episodes in the harness. The episodes
-  of a group run in lockstep (LockstepBatcher), so each turn of the whole group is one remote
+  of a group run in lockstep (rollouts.run_group), so each turn of the whole group is one remote
   `generate` call; many groups run at once, each in its own actor thread.
 - the trainer: the stage process itself (the DeepSpeed engine in loop.py), the Ray driver.
 
-`RayRollouts` is the rollout source the RL loop takes (the same methods as loop.LocalRollouts): it
+`RayRollouts` is the rollout source the RL loop takes (rollouts.RolloutSource, as LocalRollouts): it
 dispatches a group as soon as it is submitted, hands groups back as they complete, and broadcasts the
 trainer's weights after every step. An episode's version is the oldest weights any of its turns was
 sampled with; the loop drops groups older than `max_staleness` and corrects the rest by importance
@@ -28,7 +28,6 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import ray
@@ -36,12 +35,12 @@ import torch
 from torch import nn
 
 from harnessrl.config import EngineConfig, RLConfig
-from harnessrl.engines.batched import LockstepBatcher
 from harnessrl.engines.hf import Completion
 from harnessrl.engines.weights import weights_blob
 from harnessrl.harness.episode import Budgets, Trajectory
-from harnessrl.rl.loop import Rollout
-from harnessrl.tasks import Task, run_task
+from harnessrl.model.prompts import PromptRenderer
+from harnessrl.rl.rollouts import Rollout, run_group
+from harnessrl.tasks import Task
 from harnessrl.tasks.run import BASE_UID
 
 UID_LIMIT = 65534  # `nobody`: the sandbox uids of concurrent episodes stay below it, one per episode
@@ -116,9 +115,8 @@ class EnvWorker:
         uid_base: int,
         slots: int,
     ) -> None:
-        self.suite_dir, self.tok, self.cfg, self.budgets = Path(suite_dir), tok, cfg, budgets
-        # The batcher renders prompts and keeps to the context; it needs the model's config, not its weights.
-        self.shape = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=context))
+        self.suite_dir, self.cfg, self.budgets = Path(suite_dir), cfg, budgets
+        self.renderer = PromptRenderer(tok, context)  # prompts and stop ids, exactly as the trainer's
         self.rollout_workers = rollout_workers
         self._free = list(range(uid_base, uid_base + slots))  # sandbox uids, one per live episode
         self._lock = threading.Lock()
@@ -140,21 +138,16 @@ class EnvWorker:
                 raise Stopped("the rollout fleet is closing")
             return ray.get(worker.generate.remote(requests, s))
 
-        batcher = LockstepBatcher(
-            self.shape, self.tok, self.cfg.temperature, self.cfg.max_new_tokens, seed, remote_generate
-        )
         try:
-            trajs = batcher.run(
-                [task] * group_size,
-                lambda t, policy, slot: run_task(t, self.suite_dir, policy, self.budgets, uid=uids[slot]),
+            trajs, versions = run_group(
+                [task] * group_size, self.suite_dir, self.budgets, self.renderer, remote_generate, seed, uids
             )
         finally:
             with self._lock:
                 self._free += uids
-        oldest = min(batcher.versions.values(), default=0)  # an episode with no sampled turn: the group's oldest
+        oldest = min(versions.values(), default=0)  # an episode with no sampled turn: the group's oldest
         return [
-            {"trajectory": tr.model_dump(mode="json"), "version": batcher.versions.get(i, oldest)}
-            for i, tr in enumerate(trajs)
+            {"trajectory": tr.model_dump(mode="json"), "version": versions.get(i, oldest)} for i, tr in enumerate(trajs)
         ]
 
     def stop(self) -> None:

@@ -1,11 +1,23 @@
 """Group-relative policy gradients over whole harness episodes, on the DeepSpeed engine.
 
-Each step: pick tasks, run `group_size` sandboxed episodes of each with the current policy, score
-every trajectory with the shaped reward, turn rewards into group-relative advantages, and take
-`minibatches` clipped, importance-corrected policy-gradient updates on exactly the token ids the
-policy generated (harnessrl/rl/objective.py). The hack monitors read every step; an alarm writes an
-incident and, by config, stops the run. Every `checkpoint_every` steps the whole state (weights,
-optimizer, task sampler) is saved, so a killed run resumes losing at most the steps since.
+`train_rl` reads in step order, as torchforge's GRPO app does:
+
+    collect  groups of sandboxed episodes from the rollout source (harnessrl/rl/rollouts.py),
+             dropping any older than `max_staleness` policy versions
+    score    the shaped reward of every trajectory, then group-relative advantages
+    update   `minibatches` clipped, importance-corrected policy-gradient steps on exactly the token
+             ids the policy generated, against exactly the prompt ids it saw (objective.py)
+    publish  the new weights to the rollout engines
+    log      one metrics row; the hack monitors read it, and an alarm writes an incident
+    save     every `checkpoint_every` steps the whole state (weights, optimizer, task sampler), so a
+             killed run resumes losing at most the steps since
+
+A long episode is several context segments (a summary ends each: harnessrl/harness/context.py).
+Every sampled turn of every segment, summaries included, is a training sample on its own segment's
+prompt, and every one shares the trajectory's advantage: the final outcome is what trains a summary
+(Cursor's self-summarization, ReSum-GRPO's broadcast advantage). With `overlong_mask`, an episode
+that ran out of a budget instead of answering gets no gradient (SUPO's overlong masking), so the
+policy is not taught to summarize, or search, forever.
 """
 
 from __future__ import annotations
@@ -14,94 +26,93 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import torch
 from torch import nn
 
 from harnessrl.config import RewardConfig, RLConfig, TrainConfig
-from harnessrl.engines.batched import LockstepBatcher
-from harnessrl.engines.policy import HFPolicy
-from harnessrl.engines.weights import weights_blob
-from harnessrl.harness.episode import Budgets, Trajectory
+from harnessrl.harness.episode import OVERLONG, StopReason, Trajectory
 from harnessrl.metrics import MetricsWriter, read_metrics, restore, snapshot
 from harnessrl.rewards.monitors import HackAlarm, HackMonitor
 from harnessrl.rewards.shaped import reward_components, total
 from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
-from harnessrl.tasks import Task, run_task
-from harnessrl.tasks.run import BASE_UID
+from harnessrl.rl.rollouts import Rollout, RolloutSource
+from harnessrl.tasks import Task
 from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
 
 
-@dataclass(frozen=True)
-class Rollout:
-    """One episode of a group, with the policy version that generated it."""
-
-    task: Task
-    trajectory: Trajectory
-    version: int
-
-
-class LocalRollouts:
-    """Sync mode: every pending group runs in one lockstep batch in this process, so each step trains
-    on trajectories of exactly the weights being updated. With no `engine` the trainer's own model
-    generates (the `hf` engine, nothing to sync); a vLLM engine gets the new weights after each step.
-
-    The async Ray fleet (harnessrl/rl/fleet.py) has the same methods, so the loop below is the same
-    code in both modes: `submit` a task's group, wait for `ready` groups, `publish` new weights."""
-
-    def __init__(self, model: nn.Module, tok, suite_dir: Path, cfg: RLConfig, budgets: Budgets, engine=None) -> None:
-        self.model, self.tok, self.suite_dir, self.cfg, self.budgets = model, tok, suite_dir, cfg, budgets
-        self.engine = engine
-        self.version = 0
-        self._pending: list[tuple[Task, int]] = []
-
-    def submit(self, task: Task, seed: int) -> None:
-        self._pending.append((task, seed))
-
-    def ready(self, n: int) -> list[list[Rollout]]:
-        pending, self._pending = self._pending[:n], self._pending[n:]
-        group = [t for t, _ in pending for _ in range(self.cfg.group_size)]
-        self.model.eval()
-        batcher = LockstepBatcher(
-            self.model,
-            self.tok,
-            self.cfg.temperature,
-            self.cfg.max_new_tokens,
-            pending[0][1],
-            self.engine.generate if self.engine else None,
-        )
-        trajs = batcher.run(
-            group, lambda task, policy, slot: run_task(task, self.suite_dir, policy, self.budgets, uid=BASE_UID + slot)
-        )
-        k = self.cfg.group_size
-        return [
-            [Rollout(t, tr, self.version) for t, tr in zip(group[i : i + k], trajs[i : i + k], strict=True)]
-            for i in range(0, len(group), k)
-        ]
-
-    def interrupts(self) -> int:
-        return 0  # weights change only between steps
-
-    def publish(self, version: int, model: nn.Module) -> None:
-        if self.engine:
-            self.engine.set_weights(version, weights_blob(model))
-        self.version = version
-
-    def close(self) -> None:
-        if self.engine:
-            self.engine.close()
-
-
-def turn_samples(traj: Trajectory, policy: HFPolicy, advantage: float) -> list[Sample]:
-    """Each sampled turn of a trajectory: the prompt ids as the policy saw them, the ids it generated
-    and their behaviour logprobs. Rendering the prefix again is drift-free (render_ids), so these are
-    the exact ids of the rollout."""
-    starts = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"]
+def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
+    """Each sampled turn of a trajectory, summaries included: the exact prompt ids the engine was
+    given, the ids it generated and their behaviour logprobs. Nothing is rendered again, so what is
+    trained is what was sampled, under any chat template."""
     return [
-        Sample(policy.prompt_ids(traj.messages[:at]), turn.token_ids, turn.logprobs, advantage)
-        for turn, at in zip(traj.turns, starts, strict=False)
-        if turn.token_ids
+        Sample(prompt, turn.token_ids, turn.logprobs, advantage)
+        for turn, prompt in zip(traj.turns, traj.prompts(), strict=True)
+        if turn.token_ids and prompt is not None and turn.logprobs is not None
     ]
+
+
+class Collector:
+    """Keeps groups in flight on the rollout source and hands back one step's worth at a time.
+
+    Sync keeps one step's groups in flight; async keeps enough that generation never waits for the
+    trainer, and no more than the staleness bound lets the trainer use. Groups older than
+    `max_staleness` versions are dropped and counted: the bound is a promise, not a hint."""
+
+    def __init__(self, rollouts: RolloutSource, tasks: list[Task], cfg: RLConfig, rng: random.Random, seed: int,
+                 batches: int) -> None:  # fmt: skip
+        self.rollouts, self.tasks, self.cfg, self.rng, self.seed = rollouts, tasks, cfg, rng, seed
+        self.batches = batches  # task draws so far: part of the resumable state
+        self.target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
+        self.in_flight = 0
+
+    def collect(self, step: int) -> tuple[list[list[Rollout]], int]:
+        """`prompts_per_step` groups fresh enough for `step`, and how many stale ones were dropped."""
+        groups: list[list[Rollout]] = []
+        dropped = 0
+        while len(groups) < self.cfg.prompts_per_step:
+            while self.in_flight < self.target:
+                for task in self.rng.sample(self.tasks, min(self.cfg.prompts_per_step, len(self.tasks))):
+                    self.rollouts.submit(task, self.seed * 10_007 + self.batches)
+                    self.in_flight += 1
+                self.batches += 1
+            for g in self.rollouts.ready(self.cfg.prompts_per_step - len(groups)):
+                self.in_flight -= 1
+                if step - min(r.version for r in g) > self.cfg.max_staleness:
+                    dropped += 1
+                else:
+                    groups.append(g)
+        return groups, dropped
+
+
+@dataclass
+class Scored:
+    """One step's episodes with their reward components, rewards and advantages."""
+
+    rollouts: list[Rollout]
+    components: list[dict[str, float]]
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    masked: int  # overlong episodes whose gradient was zeroed
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [r.trajectory for r in self.rollouts]
+
+
+def score(groups: list[list[Rollout]], reward: RewardConfig, cfg: RLConfig) -> Scored:
+    """Shaped rewards, then advantages within each group. Overlong masking zeroes an advantage after
+    the group's baseline is taken, so the episode still counts towards what its group expected."""
+    rollouts = [r for g in groups for r in g]
+    comps = [reward_components(r.trajectory, reward, int(r.task.user is not None)) for r in rollouts]
+    rewards = torch.tensor([total(c) for c in comps])
+    adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
+    overlong = torch.tensor([r.trajectory.outcome.stop_reason in OVERLONG for r in rollouts])
+    masked = int(overlong.sum()) if cfg.overlong_mask else 0
+    if masked:
+        adv = adv.masked_fill(overlong, 0.0)
+    return Scored(rollouts, comps, rewards, adv, masked)
 
 
 def trainer_config(cfg: RLConfig, context: int) -> TrainConfig:
@@ -183,12 +194,12 @@ def train_rl(
     out: Path,
     tag: str,
     seed: int,
-    rollouts,  # LocalRollouts or fleet.RayRollouts (the sandboxed episodes): submit, ready, publish
+    rollouts: RolloutSource,
     state_dir: Path | None = None,
     reference: nn.Module | None = None,
 ) -> dict:
     """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
-    `rollouts` is where episodes come from: LocalRollouts (sync) or the Ray fleet; its creator closes it."""
+    `rollouts` is where episodes come from (its creator closes it)."""
     from harnessrl.train import distributed
 
     distributed.setup()
@@ -202,80 +213,34 @@ def train_rl(
         for name in ("metrics.jsonl", "incidents.jsonl"):
             restore(state_dir / name, out / name, start)
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
-    renderer = HFPolicy(model, tok, cfg.temperature, cfg.max_new_tokens)  # prompt ids exactly as rollouts saw them
     rollouts.publish(start, model)
-    # Sync keeps one step's groups in flight; async keeps enough that generation never waits for the
-    # trainer, and no more than the staleness bound lets the trainer use.
-    target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
-    batches, in_flight = extra.get("batches", start), 0
+    collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start))
     last: dict = read_metrics(metrics_path)[-1] if start else {}
     interrupts = rollouts.interrupts()
     with MetricsWriter(metrics_path) as log:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            groups: list[list[Rollout]] = []
-            dropped = 0
-            while len(groups) < cfg.prompts_per_step:
-                while in_flight < target:
-                    for task in rng.sample(tasks, min(cfg.prompts_per_step, len(tasks))):
-                        rollouts.submit(task, seed * 10_007 + batches)
-                        in_flight += 1
-                    batches += 1
-                for g in rollouts.ready(cfg.prompts_per_step - len(groups)):
-                    in_flight -= 1
-                    if step - min(r.version for r in g) > cfg.max_staleness:
-                        dropped += 1  # too old to correct: the bound is a promise, not a hint
-                    else:
-                        groups.append(g)
-            rollouts_now = [r for g in groups for r in g]
-            trajs = [r.trajectory for r in rollouts_now]
-            needed = [int(r.task.user is not None) for r in rollouts_now]
-            comps = [reward_components(tr, reward, n) for tr, n in zip(trajs, needed, strict=True)]
-            rewards = torch.tensor([total(c) for c in comps])
-            adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
+            groups, dropped = collector.collect(step)
+            scored = score(groups, reward, cfg)
             t_roll = time.perf_counter() - t0
 
             model.train()
             samples = [
                 s
-                for r, a in zip(rollouts_now, adv.tolist(), strict=True)
+                for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
                 if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                for s in turn_samples(r.trajectory, renderer, a)
+                for s in turn_samples(r.trajectory, a)
             ]
             stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
             model.eval()
             rollouts.publish(step + 1, model)
 
-            n = len(trajs)
-            turns = sum(tr.counts.turns for tr in trajs)
-            generated = sum(tr.counts.tokens for tr in trajs)
-            hack, incidents = monitor.update(step + 1, trajs, comps, needed)
+            hack, incidents = monitor.update(step + 1, scored.trajectories, scored.components,
+                                             [int(r.task.user is not None) for r in scored.rollouts])  # fmt: skip
             now = rollouts.interrupts()
-            interrupted, interrupts = now - interrupts, now
-            dt = time.perf_counter() - t0
-            last = {
-                "step": step + 1,
-                "policy_version": step + 1,
-                "staleness": sum(step - r.version for r in rollouts_now) / n,
-                "dropped_stale_groups": dropped,
-                "interrupted_batches": interrupted,  # rollout batches that took new weights mid-turn
-                "reward": float(rewards.mean()),
-                "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
-                "malformed": sum(tr.counts.malformed_turns for tr in trajs) / max(1, turns),
-                "turns": turns / n,
-                **{f"reward/{k}": sum(c[k] for c in comps) / n for k in comps[0]},
-                **hack,
-                "grad_norm": stats.grad_norm,
-                "clip_frac": stats.clipped / max(1, stats.tokens),
-                "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
-                "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
-                "kl": stats.kl_sum / max(1, stats.tokens),
-                "trained_tokens": stats.tokens,
-                "wait_s": t_roll,
-                "step_s": dt,
-                "tokens_per_s": generated / dt,
-                "episodes_per_s": n / dt,
-            }
+            last = step_metrics(step, scored, stats, dropped, now - interrupts, t_roll, time.perf_counter() - t0)
+            last |= hack
+            interrupts = now
             log.write(last)
             print(
                 f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
@@ -290,8 +255,49 @@ def train_rl(
             if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
                 for name in ("metrics.jsonl", "incidents.jsonl"):
                     snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
-                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": batches})
+                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches})
     return last
+
+
+def step_metrics(
+    step: int, scored: Scored, stats: Update, dropped: int, interrupted: int, wait_s: float, step_s: float
+) -> dict:
+    """One metrics.jsonl row: what the step's episodes did and what the update measured."""
+    trajs = scored.trajectories
+    n = len(trajs)
+    counts = [tr.counts for tr in trajs]
+    turns = sum(c.turns for c in counts)
+    summaries = sum(c.summaries for c in counts)
+    generated = sum(c.tokens for c in counts)
+    stops = [tr.outcome.stop_reason for tr in trajs]
+    return {
+        "step": step + 1,
+        "policy_version": step + 1,
+        "staleness": sum(step - r.version for r in scored.rollouts) / n,
+        "dropped_stale_groups": dropped,
+        "interrupted_batches": interrupted,  # rollout batches that took new weights mid-turn
+        "reward": float(scored.rewards.mean()),
+        "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
+        "malformed": sum(c.malformed_turns for c in counts) / max(1, turns + summaries),
+        "turns": turns / n,
+        "capped_turns": sum(c.capped_turns for c in counts) / max(1, turns + summaries),
+        "summaries": summaries / n,
+        "summary_tokens": sum(c.summary_tokens for c in counts) / max(1, summaries),
+        "overlong": sum(s in OVERLONG for s in stops) / n,
+        "overlong_masked": scored.masked,
+        **{f"ended/{reason}": stops.count(reason) / n for reason in get_args(StopReason)},
+        **{f"reward/{k}": sum(c[k] for c in scored.components) / n for k in scored.components[0]},
+        "grad_norm": stats.grad_norm,
+        "clip_frac": stats.clipped / max(1, stats.tokens),
+        "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
+        "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
+        "kl": stats.kl_sum / max(1, stats.tokens),
+        "trained_tokens": stats.tokens,
+        "wait_s": wait_s,
+        "step_s": step_s,
+        "tokens_per_s": generated / step_s,
+        "episodes_per_s": n / step_s,
+    }
 
 
 def _as_rng_state(saved) -> tuple:

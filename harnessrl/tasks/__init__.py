@@ -14,7 +14,7 @@ expert.py is the scripted policy whose trajectories are the SFT data.
 
 from harnessrl.tasks.checkers import make_checker
 from harnessrl.tasks.expert import Expert, expert_trajectories, success_rates
-from harnessrl.tasks.run import prompt_messages, run_task, run_tasks, system_prompt
+from harnessrl.tasks.run import prompt_messages, run_task, run_tasks
 from harnessrl.tasks.suites import SUITES, build_suite
 from harnessrl.tasks.task import Task, TaskFileError, load_suite, load_tasks
 
@@ -32,5 +32,4 @@ __all__ = [
     "run_task",
     "run_tasks",
     "success_rates",
-    "system_prompt",
 ]

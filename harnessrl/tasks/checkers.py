@@ -21,7 +21,7 @@ from typing import Any
 
 from harnessrl.harness.episode import Checker
 from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits
-from harnessrl.harness.tools.terminal import summarize_pytest
+from harnessrl.harness.tools.terminal import PYTHON, summarize_pytest
 from harnessrl.tasks.task import Task
 
 WORKSPACE_IMPORTS = """\
@@ -80,10 +80,10 @@ def _drop(name: str, text: str) -> str:
 
 
 def python_command(files: dict[str, str], argv: list[str]) -> str:
-    """A shell command that writes `files` into a fresh /tmp/check and runs `python -P argv` there
-    (-P: the cwd is not put on sys.path), with the workspace's packages importable as above."""
+    """A shell command that writes `files` into a fresh /tmp/check and runs the harness's own Python
+    with `-P argv` there (-P: the cwd is not put on sys.path), the workspace's packages importable."""
     drops = " && ".join(_drop(n, t) for n, t in files.items())
-    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {ENV} python -P {shlex.join(argv)}"
+    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {ENV} {shlex.join([PYTHON, '-P', *argv])}"
 
 
 def check_sandbox(workspace: Path, timeout_s: float) -> Sandbox:
@@ -114,12 +114,18 @@ def _clean(s: str) -> str:
 
 
 def answer_matches(expected: str, answer: str | None) -> bool:
-    """The answer is the expected value, alone or as the one number (or .py path) in a sentence.
-    Two candidates ("123 or 456") never pass: hedging is not an answer."""
+    """The answer is the expected value, alone or as the one number (or .py path) in a sentence; for
+    several numbers ("375 17 42"), exactly those numbers in that order. Extra candidates ("123 or
+    456") never pass: hedging is not an answer."""
     if answer is None:
         return False
     if _clean(answer) == expected:
         return True
+    if " " in expected and all(_NUMBER.fullmatch(x) for x in expected.split()):
+        found = _NUMBER.findall(answer)
+        return len(found) == len(expected.split()) and all(
+            float(a) == float(b) for a, b in zip(found, expected.split(), strict=True)
+        )
     if _NUMBER.fullmatch(expected):
         found = _NUMBER.findall(answer)
         return len(found) == 1 and float(found[0]) == float(expected)

@@ -17,13 +17,13 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from harnessrl.harness.episode import AssistantTurn, Trajectory
+from harnessrl.harness.context import SUMMARIZE_REQUEST
+from harnessrl.harness.episode import AssistantTurn, Budgets, Trajectory
 from harnessrl.harness.protocol import render_calls
 from harnessrl.tasks.run import run_tasks
 from harnessrl.tasks.task import Task
 
 Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
-MAX_PARALLEL_READS = 4
 
 
 def call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -121,19 +121,26 @@ def bugfix(task: Task) -> Script:
     yield turn(call("finish", summary=f"Fixed a wrong {s.kind} in {s.name} ({s.path}); the test passes."))
 
 
-def long_sum(task: Task) -> Script:
-    (out,) = yield turn(call("read_file", path=task.solution.path))
-    wanted: dict[str, list[str]] = {}
-    for module, name in re.findall(r'\("([\w.]+)", "(\w+)"\)', out):
-        wanted.setdefault(module.replace(".", "/") + ".py", []).append(name)
-    total, files = 0, list(wanted.items())
-    for i in range(0, len(files), MAX_PARALLEL_READS):
-        batch = files[i : i + MAX_PARALLEL_READS]
-        outs = yield turn(*(call("read_file", path=path) for path, _ in batch))
-        for (_, names), text in zip(batch, outs, strict=True):
-            for name in names:
-                total += int(re.search(rf"^{name} = (-?\d+)$", "\n".join(file_lines(text)), re.M).group(1))  # type: ignore[union-attr]
-    yield str(total)
+def values(task: Task, notes: list[str]) -> Script:
+    """The long-horizon suite: one search per constant in the question's order, then the values in
+    that order. Each search result goes into `notes`, which the expert's summaries are made from."""
+    found = []
+    for name in task.solution.names or []:
+        (out,) = yield turn(call("grep", pattern=f"^{name} ="))
+        path, line, text = grep_hits(out)[0]
+        notes.append(f"{path}:{line}:{text}")
+        found.append(text.split("=", 1)[1].strip())
+    yield " ".join(found)
+
+
+def summary(task: Task, notes: list[str], verbose: bool) -> str:
+    """What the expert keeps when its context is full: every value found so far, copied. A verbose
+    summary restates each search result whole and lists what is left; a terse one keeps `NAME = value`."""
+    if not verbose:
+        return "\n".join(note.split(":", 2)[2] for note in notes)
+    found = {note.split(":", 2)[2].split(" =")[0] for note in notes}
+    left = [n for n in task.solution.names or [] if n not in found]
+    return "\n".join([*notes, f"Still to find: {', '.join(left)}." if left else "All found."])
 
 
 def guess(task: Task) -> Script:
@@ -146,7 +153,7 @@ def guess(task: Task) -> Script:
 SCRIPTS = {
     "lookup": lookup,
     "bugfix": bugfix,
-    "long_horizon": long_sum,
+    "long_horizon": values,
     "rename": rename,
     "constant": constant,
     "param": param,
@@ -154,19 +161,22 @@ SCRIPTS = {
 
 
 class Expert:
-    """The harness Policy for one episode of one task."""
+    """The harness Policy for one episode of one task. Asked to summarize (harnessrl/harness/context.py),
+    it takes in the results it has not yet seen, then writes its summary from its notes."""
 
-    def __init__(self, task: Task, guess_answer: bool = False) -> None:
-        script = guess if guess_answer else SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind]
-        self.script = script(task)
+    def __init__(self, task: Task, guess_answer: bool = False, verbose_summary: bool = False) -> None:
+        self.task, self.verbose = task, verbose_summary
+        self.notes: list[str] = []
+        if guess_answer:
+            self.script = guess(task)
+        elif task.suite == "long_horizon":
+            self.script = values(task, self.notes)
+        else:
+            self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
         self.started = False
+        self.pending: str | None = None  # the next turn, worked out before a summary
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
-        outputs = []
-        for m in reversed(messages):  # this turn's tool results: the tool messages since the last turn
-            if m["role"] != "tool":
-                break
-            outputs.insert(0, m["content"])
+    def _advance(self, outputs: list[str]) -> str:
         try:
             text = self.script.send(outputs) if self.started else next(self.script)
         except StopIteration:
@@ -174,14 +184,38 @@ class Expert:
         except Exception as e:  # a script that drifted from the repo fails its episode, visibly
             text = f"expert script failed: {type(e).__name__}: {e}"
         self.started = True
-        return AssistantTurn(text=text)
+        return text
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
+        summarize = messages[-1]["role"] == "user" and messages[-1]["content"] == SUMMARIZE_REQUEST
+        if self.pending is not None and not summarize:
+            text, self.pending = self.pending, None
+            return AssistantTurn(text=text)
+        tail = messages[:-1] if summarize else messages
+        outputs = []
+        for m in reversed(tail):  # this turn's tool results: the tool messages since the last turn
+            if m["role"] != "tool":
+                break
+            outputs.insert(0, m["content"])
+        if summarize:
+            if outputs and self.pending is None:
+                self.pending = self._advance(outputs)
+            return AssistantTurn(text=summary(self.task, self.notes, self.verbose))
+        return AssistantTurn(text=self._advance(outputs))
 
 
 def expert_trajectories(
-    tasks: list[Task], suite_dir: Path | str, workers: int = 4, guessed: frozenset[str] = frozenset()
+    tasks: list[Task],
+    suite_dir: Path | str,
+    workers: int = 4,
+    guessed: frozenset[str] = frozenset(),
+    budgets: Budgets | None = None,
+    verbose: frozenset[str] = frozenset(),
 ) -> list[Trajectory]:
-    """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script."""
-    return run_tasks(tasks, suite_dir, lambda t: Expert(t, guess_answer=t.id in guessed), workers=workers)
+    """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script,
+    those in `verbose` verbose summaries where `budgets` has it summarize."""
+    policy_for = lambda t: Expert(t, guess_answer=t.id in guessed, verbose_summary=t.id in verbose)
+    return run_tasks(tasks, suite_dir, policy_for, workers=workers, budgets=budgets)
 
 
 def success_rates(trajectories: list[Trajectory]) -> dict[str, float]:

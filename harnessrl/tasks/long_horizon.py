@@ -1,8 +1,16 @@
-"""The long-horizon suite: gather many values spread over many files and report their sum.
+"""The long-horizon suite: look up several constants, one search each, and report all their values.
 
-A registry module lists (module, constant) pairs; the answer is the sum of those constants. With 10-16
-parts in as many modules, reading them takes more turns and more context than a small budget holds:
-the tasks for the self-summarization stage, where the agent must carry partial sums forward.
+"What are the values of A, B, C, D and E?" on the lookup suite's repos, with its tools (grep and
+read_file): the same harness, a longer task. Each value takes a search, and the searches and their
+results together need more context than the long-horizon stage's budget holds. So:
+
+- without context management the episode runs out of context before it can answer;
+- truncation drops the oldest turns, and with them the values found first, which the answer needs;
+- a summary that copies the values found so far carries them across the compaction.
+
+The answer is copied, never computed: a tiny model trained from scratch can learn it. The expert's
+summaries (tasks/expert.py) are faithful; on some tasks they are verbose, restating whole search
+results and what is left to find, so the policy's summaries before RL are a real baseline.
 """
 
 from __future__ import annotations
@@ -10,50 +18,57 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from harnessrl.tasks.repogen import Repo, generate_repo
-from harnessrl.tasks.task import Check, Solution, Task, split_of
+from harnessrl.tasks import lookup
+from harnessrl.tasks.repogen import Repo
+from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "long_horizon"
-TOOLS = ["list_dir", "grep", "read_file"]
+TOOLS = lookup.TOOLS
+FACTS = (6, 8)  # constants per task, inclusive
 
 
-def add_registry(rng: random.Random, repo: Repo, parts: int) -> tuple[str, int]:
-    """Write <package>/registry.py naming one constant from each of `parts` modules; (path, sum)."""
-    by_module: dict[str, list] = {}
-    for c in repo.of_kind("const"):
-        by_module.setdefault(c.path, []).append(c)
-    chosen = [rng.choice(by_module[p]) for p in rng.sample(sorted(by_module), min(parts, len(by_module)))]
-    lines = ['"""The parts that make up the total: (module, constant name) pairs."""', "", "PARTS = ["]
-    lines += [f'    ("{c.path[:-3].replace("/", ".")}", "{c.name}"),' for c in chosen]
-    lines.append("]")
-    path = f"{repo.package}/registry.py"
-    repo.files[path] = "\n".join(lines) + "\n"
-    return path, sum(c.value or 0 for c in chosen)
+def question(names: list[str]) -> str:
+    return f"What are the values of {', '.join(names[:-1])} and {names[-1]}? Answer with the values in order."
 
 
-def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
-    """One task per generated repo (12-18 modules); a quarter held out."""
-    if source is not None:
-        raise ValueError("the long_horizon suite is generated; --source is for bugfix")
-    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+def repo_tasks(
+    rng: random.Random, repo: Repo, repo_rel: str, split: str, num: int, facts: tuple[int, int]
+) -> list[Task]:
+    """`num` tasks on one repo, each asking for a random handful of its constants."""
+    consts = repo.of_kind("const")
     tasks = []
     for i in range(num):
-        split = split_of(i, num)
-        rel = f"repos/{split}/r{i:04d}"
-        repo = generate_repo(rng, rng.randint(12, 18))
-        path, total = add_registry(rng, repo, rng.randint(10, 16))
-        repo.write(out / rel)
+        chosen = rng.sample(consts, min(len(consts), rng.randint(*facts)))
+        names = [c.name for c in chosen]
         tasks.append(
             Task(
-                id=f"{SUITE}/r{i:04d}",
+                id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
                 suite=SUITE,
-                split=split,
-                repo=rel,  # type: ignore[arg-type]
-                instruction=f"{path} lists (module, constant) pairs in PARTS. "
-                "What is the sum of the values of those constants? Answer with the number.",
+                split=split,  # type: ignore[arg-type]
+                repo=repo_rel,
+                instruction=question(names),
                 tools=TOOLS,
-                check=Check(kind="answer", answer=str(total)),
-                solution=Solution(kind="sum", path=path),
+                check=Check(kind="answer", answer=" ".join(str(c.value) for c in chosen)),
+                solution=Solution(kind="values", names=names),
             )
         )
     return tasks
+
+
+def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+    """`num` tasks over generated repos (two per repo), a quarter held out from their own repos."""
+    if source is not None:
+        raise ValueError("the long_horizon suite is generated; --source is for bugfix")
+    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+    per_repo = 2
+    repos = lookup.generate(rng, num // per_repo + 2, lookup.FILES_PER_REPO)
+    tasks = [t for rel, repo, _ in repos for t in repo_tasks(rng, repo, rel, rel.split("/")[1], per_repo, FACTS)]
+    train = [t for t in tasks if t.split == "train"]
+    held = [t for t in tasks if t.split == "heldout"]
+    n_held = min(max(1, num // 4), len(held))
+    chosen = lookup.take(rng, train, num - n_held) + lookup.take(rng, held, n_held)
+    used = {t.repo for t in chosen}
+    for rel, repo, _ in repos:
+        if rel in used:
+            repo.write(out / rel)
+    return chosen

@@ -12,25 +12,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from harnessrl.harness.context import TokenCounter
 from harnessrl.harness.episode import Budgets, Policy, Trajectory, run_episode
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
+from harnessrl.harness.spec import system_prompt
 from harnessrl.harness.tools import ToolContext, select
 from harnessrl.tasks.checkers import make_checker
 from harnessrl.tasks.task import Task
 
-SYSTEM_PROMPT = "You are a coding agent working in a repository. Use the tools, then answer briefly."
 BASE_UID = 62000  # concurrent episodes get distinct sandbox uids, so process limits stay per episode
-
-
-def system_prompt(task: Task) -> str:
-    """Short on purpose: a tiny model reads it in every conversation. Real models also get the tools'
-    schemas through their chat template."""
-    return f"{SYSTEM_PROMPT} Tools: {', '.join(task.tools)}."
 
 
 def prompt_messages(task: Task) -> list[dict[str, str]]:
     """The conversation an episode starts from (what run_episode builds), for engines that take messages."""
-    return [{"role": "system", "content": system_prompt(task)}, {"role": "user", "content": task.instruction}]
+    return [{"role": "system", "content": system_prompt(task.tools)}, {"role": "user", "content": task.instruction}]
 
 
 def run_task(
@@ -41,8 +36,10 @@ def run_task(
     work_dir: Path | str | None = None,
     uid: int = BASE_UID,
     limits: SandboxLimits | None = None,
+    count_tokens: TokenCounter | None = None,
 ) -> Trajectory:
-    """One episode of `task` with `policy`; the trajectory's outcome holds the checker's verdict."""
+    """One episode of `task` with `policy`; the trajectory's outcome holds the checker's verdict.
+    `count_tokens` is the policy's own context counter, for the budgets' context policy."""
     with tempfile.TemporaryDirectory(prefix="episode-", dir=work_dir) as tmp:
         ws = create_workspace(Path(suite_dir) / task.repo, Path(tmp) / "ws", owner_uid=uid)
         ctx = ToolContext(
@@ -58,9 +55,10 @@ def run_task(
                 ctx,
                 checker=make_checker(task),
                 budgets=budgets,
-                system_prompt=system_prompt(task),
+                system_prompt=system_prompt(task.tools),
                 task_id=task.id,
                 meta={"suite": task.suite, "split": task.split},
+                count_tokens=count_tokens,
             )
         finally:
             remove_workspace(ws)

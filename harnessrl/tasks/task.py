@@ -42,7 +42,7 @@ class Check(BaseModel):
 class Solution(BaseModel):
     """What the expert knows; never shown to the policy. Which fields are set depends on `kind`:
     lookup value/class/function: name; edit rename: name, new_name; edit constant: name, value;
-    edit param: name, path, param; bugfix: path, old, new, test_path; long_horizon sum: path (registry)."""
+    edit param: name, path, param; bugfix: path, old, new, test_path; long_horizon values: names."""
 
     model_config = ConfigDict(extra="forbid")
     kind: str
@@ -54,6 +54,7 @@ class Solution(BaseModel):
     old: str | None = None
     new: str | None = None
     test_path: str | None = None
+    names: list[str] | None = None
 
 
 class Task(BaseModel):

@@ -72,5 +72,6 @@ def export_hf(engine, model, tok, out: Path, rank: int) -> None:
     """
     state = engine._zero3_consolidated_16bit_state_dict() if engine.zero_optimization_stage() == 3 else None
     if rank == 0:
-        model.save_pretrained(out, state_dict=state, safe_serialization=True)
-        tok.save_pretrained(out)
+        from harnessrl.model.checkpoint import save
+
+        save(model, tok, out, state)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.sandbox import CommandResult
 from harnessrl.harness.tools.base import Tool, ToolContext, confine, sandbox_run, show, truncate
+
+# The harness's own interpreter (its prefix is bound read-only into the sandbox), where ruff and
+# pytest are installed with harnessrl; a bare `python` could resolve to another, e.g. a venv's base.
+# Only its folder is resolved: resolving a venv's python link itself would name the base interpreter.
+PYTHON = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 
 def _status(res: CommandResult) -> str:
@@ -35,7 +42,7 @@ class LintArgs(BaseModel):
 
 def lint(ctx: ToolContext, args: LintArgs) -> str:
     target = show(ctx.workspace, confine(ctx.workspace, args.path))
-    cmd = ["python", "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
+    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
     res = sandbox_run(ctx, shlex.join(cmd), None)
     return truncate(f"[{_status(res)}]\n{res.output}", ctx.output_chars)
 
@@ -66,7 +73,7 @@ def summarize_pytest(output: str) -> dict[str, int]:
 
 def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     paths = [show(ctx.workspace, confine(ctx.workspace, p)) for p in args.paths]
-    cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
+    cmd = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
     if args.keyword:
         cmd += ["-k", args.keyword]
     # No plugin autoload: the task's tests should not depend on (or pay ~2 s start-up for) whatever

@@ -1,0 +1,77 @@
+"""Context management: what the harness does when an episode's context fills up.
+
+Three policies, chosen per episode:
+
+- `none`: the context grows until it reaches its budget; the episode then ends (`context_budget`).
+- `truncate`: the oldest whole turns are dropped (an assistant turn together with the tool results
+  it produced, never one without the other) until a full turn fits again.
+- `summarize` (Cursor's self-summarization): when the rendered context reaches `trigger` tokens, the
+  harness asks the policy for a summary in a turn of its own, capped at `summary_max_tokens`. The
+  episode then goes on from [system, task, summary + task state]: a new segment. This can happen up
+  to `max_summaries` times; the next trigger after that ends the episode (`max_summaries`).
+
+The harness counts context in the policy's own tokens, with the counter the caller gives it (a
+model's tokenizer and chat template); without one it estimates four characters per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# (messages, tools) -> tokens of the rendered context, as the policy's engine would see it.
+TokenCounter = Callable[[list[dict[str, Any]], list[dict[str, Any]]], int]
+
+# Short on purpose: a tiny model reads these in every compacted episode.
+SUMMARIZE_REQUEST = "Context full. Summarize what you need to finish the task; no tool calls."
+
+
+class ContextConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: Literal["none", "truncate", "summarize"] = "none"
+    budget: int | None = Field(None, gt=0, description="context tokens the policy may hold; None: no cap")
+    trigger: int | None = Field(None, gt=0, description="summarize: context tokens at which the policy summarizes")
+    summary_max_tokens: int = Field(256, gt=0, description="summarize: the cap on one summary turn")
+    max_summaries: int = Field(3, ge=0, description="summarize: compactions per episode; one more ends it")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ContextConfig:
+        if self.policy != "none" and self.budget is None:
+            raise ValueError(f"context policy {self.policy!r} needs a budget")
+        if self.policy == "summarize":
+            if self.trigger is None:
+                raise ValueError("context policy 'summarize' needs a trigger")
+            if self.trigger + self.summary_max_tokens > self.budget:  # type: ignore[operator]
+                raise ValueError("trigger + summary_max_tokens must fit in the budget (the summary turn must fit)")
+        return self
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the harness must count the context before each turn."""
+        return self.policy != "none" or self.budget is not None
+
+
+def approx_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """A counter for policies without a tokenizer (scripted experts, served models): ~4 chars a token."""
+    return sum(len(m.get("content") or "") + 8 for m in messages) // 4
+
+
+def state_message(summary: str, done: int, max_summaries: int, turns_left: int) -> dict[str, str]:
+    """What the policy continues from after its summary: the summary and the task's state."""
+    return {"role": "user", "content": f"Summary {done} of {max_summaries}:\n{summary}\n{turns_left} turns left."}
+
+
+def truncate_turns(messages: list[dict[str, Any]], keep: int, fits: Callable[[list[dict[str, Any]]], bool]) -> int:
+    """Drop the oldest whole turns after the first `keep` messages (the system prompt and the task)
+    until `fits(messages)`; in place. A turn is an assistant message and the tool (or user) messages
+    that answer it, so a call is never separated from its result. Returns how many turns went."""
+    dropped = 0
+    while not fits(messages):
+        starts = [i for i in range(keep, len(messages)) if messages[i]["role"] == "assistant"]
+        if len(starts) < 2:  # only the latest turn is left: it must stay, or the policy loses its place
+            break
+        del messages[starts[0] : starts[1]]
+        dropped += 1
+    return dropped

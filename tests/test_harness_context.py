@@ -1,0 +1,146 @@
+"""Context management in the harness: summaries start new segments, truncation drops whole turns, and
+each of the three token budgets (turn, episode, context) is its own, recorded, stop reason."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from harnessrl.harness.context import SUMMARIZE_REQUEST, ContextConfig
+from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+from harnessrl.harness.protocol import render_calls
+from harnessrl.harness.sandbox import create_workspace, remove_workspace
+from harnessrl.harness.tools import ToolContext, select
+
+READ = render_calls([("read_file", {"path": "a.py"})])
+TOOLS = select(["read_file", "list_dir"])
+
+
+def per_message(messages, tools) -> int:
+    """A counter the tests can reason about: 10 tokens a message."""
+    return 10 * len(messages)
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    (snap / "a.py").write_text("X = 1\n")
+    ws = create_workspace(snap, tmp_path / "ws", method="copy")
+    yield ToolContext(workspace=ws)
+    remove_workspace(ws)
+
+
+class Script:
+    """Plays back turns; a summary request is answered with the next entry of `summaries`."""
+
+    def __init__(self, turns, summaries=()):
+        self.turns, self.summaries = list(turns), list(summaries)
+        self.calls = []  # (messages as seen, max_tokens)
+
+    def __call__(self, messages, tools, max_tokens):
+        self.calls.append(([dict(m) for m in messages], max_tokens))
+        if messages[-1]["content"] == SUMMARIZE_REQUEST:
+            text = self.summaries.pop(0)
+            return text if isinstance(text, AssistantTurn) else AssistantTurn(text=text)
+        turn = self.turns.pop(0) if self.turns else READ
+        return turn if isinstance(turn, AssistantTurn) else AssistantTurn(text=turn)
+
+
+def summarize(trigger: int = 60, budget: int = 200, max_summaries: int = 3, cap: int = 20) -> ContextConfig:
+    return ContextConfig(policy="summarize", budget=budget, trigger=trigger, summary_max_tokens=cap,
+                         max_summaries=max_summaries)  # fmt: skip
+
+
+def test_a_summary_starts_a_new_segment_from_the_task_and_its_state(ctx):
+    policy = Script([READ, READ, READ, "X is 1"], summaries=["X = 1"])
+    traj = run_episode(policy, "what is X?", TOOLS, ctx, system_prompt="sys", count_tokens=per_message,
+                       budgets=Budgets(max_turns=10, context=summarize()))  # fmt: skip
+    # 2 opening messages + 2 turns of 2 messages = 60 tokens: the trigger, so turn 3 is the summary.
+    assert [t.kind for t in traj.turns] == ["tool_calls", "tool_calls", "summary", "tool_calls", "final"]
+    assert [t.segment for t in traj.turns] == [0, 0, 0, 1, 1]
+    asked, cap = policy.calls[2]
+    assert asked[-1] == {"role": "user", "content": SUMMARIZE_REQUEST} and cap == 20  # the summary's own cap
+    after, _ = policy.calls[3]
+    assert [m["content"] for m in after[:2]] == ["sys", "what is X?"]
+    assert after[2]["role"] == "user" and "Summary 1 of 3:\nX = 1\n" in after[2]["content"] and len(after) == 3
+    (c,) = traj.compactions
+    assert (c.kind, c.before_turn, c.summary_turn, c.tokens_before, c.tokens_after) == ("summarize", 3, 2, 60, 30)
+    first, second = traj.segments()
+    assert first[-2:] == [{"role": "user", "content": SUMMARIZE_REQUEST}, {"role": "assistant", "content": "X = 1"}]
+    assert second[:3] == after and second[-1] == {"role": "assistant", "content": "X is 1"}
+    assert traj.counts.summaries == 1 and traj.counts.turns == 4  # a summary is not a turn
+    assert traj.outcome.stop_reason == "final" and traj.outcome.final_answer == "X is 1"
+
+
+def test_past_max_summaries_the_episode_ends_and_says_so(ctx):
+    policy = Script([READ] * 20, summaries=["notes"] * 5)
+    traj = run_episode(policy, "q", TOOLS, ctx, count_tokens=per_message,
+                       budgets=Budgets(max_turns=30, context=summarize(trigger=40, max_summaries=2)))  # fmt: skip
+    assert traj.counts.summaries == 2 and len(traj.compactions) == 2
+    assert traj.outcome.stop_reason == "max_summaries"
+
+
+def test_a_malformed_or_capped_summary_is_recorded_never_dropped(ctx):
+    bad = AssistantTurn(text=READ, token_ids=[1, 2], logprobs=[-0.1, -0.2], finish="length")
+    policy = Script([READ, READ, "done"], summaries=[bad])
+    traj = run_episode(policy, "q", TOOLS, ctx, system_prompt="s", count_tokens=per_message,
+                       budgets=Budgets(context=summarize()))  # fmt: skip
+    summary = traj.turns[2]
+    assert summary.kind == "summary" and summary.capped and summary.token_ids == [1, 2]
+    assert summary.errors == ["a summary has no tool calls; they were not run"] and not summary.calls
+    assert traj.counts.malformed_turns == 1 and traj.counts.capped_turns == 1 and traj.counts.summary_tokens == 2
+
+
+def test_truncation_drops_the_oldest_whole_turns(ctx):
+    policy = Script([render_calls([("read_file", {"path": "a.py"}), ("list_dir", {})])] * 3 + ["X is 1"])
+    budgets = Budgets(max_turns=4, max_turn_tokens=10, context=ContextConfig(policy="truncate", budget=80))
+    traj = run_episode(policy, "q", TOOLS, ctx, system_prompt="s", count_tokens=per_message, budgets=budgets)
+    seen = [m for m, _ in policy.calls]
+    # A turn with two calls is 3 messages; before turn 3 the context would be 2 + 6 = 8 messages (80 + a
+    # 10-token turn > 80), so turn 1 goes, with both its results, and turn 2 stays whole.
+    assert [m["role"] for m in seen[2]] == ["system", "user", "assistant", "tool", "tool"]
+    assert all(not (m["role"] == "tool" and seen[2][i - 1]["role"] == "user") for i, m in enumerate(seen[2]))
+    assert [(c.kind, c.dropped_turns) for c in traj.compactions] == [("truncate", 1), ("truncate", 1)]
+    assert len(traj.messages) == 2 + 3 * 3 + 1  # the transcript keeps everything
+    assert traj.outcome.stop_reason == "final"
+
+
+def test_without_management_a_full_context_ends_the_episode(ctx):
+    budgets = Budgets(max_turns=10, max_turn_tokens=10, context=ContextConfig(policy="none", budget=45))
+    traj = run_episode(Script([READ] * 10), "q", TOOLS, ctx, count_tokens=per_message, budgets=budgets)
+    assert traj.outcome.stop_reason == "context_budget" and traj.counts.turns == 2
+    # The last turn got only what was left of the context, not its whole cap.
+    policy = Script([READ] * 10)
+    run_episode(policy, "q", TOOLS, ctx, count_tokens=per_message, budgets=budgets)
+    assert [cap for _, cap in policy.calls] == [10, 10]
+
+
+def test_the_turn_cap_and_the_episode_cap_are_separate_budgets(ctx):
+    long_turn = AssistantTurn(text=READ, token_ids=[7] * 10, logprobs=[0.0] * 10, finish="length")
+    policy = Script([long_turn] * 5)
+    traj = run_episode(policy, "q", TOOLS, ctx, budgets=Budgets(max_turn_tokens=10, max_tokens=25))
+    assert [cap for _, cap in policy.calls] == [10, 10, 5]  # the per-turn cap, then what the episode has left
+    assert traj.outcome.stop_reason == "max_tokens" and traj.counts.capped_turns == 3
+    assert all(t.capped for t in traj.turns)
+
+
+def test_prompts_are_stored_as_deltas_and_rebuilt_exactly(ctx):
+    turns = [
+        AssistantTurn(text=READ, prompt_ids=[1, 2, 3], token_ids=[4, 5], logprobs=[0.0, 0.0]),
+        AssistantTurn(text=READ, prompt_ids=[1, 2, 3, 4, 5, 6, 7], token_ids=[8], logprobs=[0.0]),
+        AssistantTurn(text="a", prompt_ids=[1, 2, 9], token_ids=[10], logprobs=[0.0]),  # not an extension
+    ]
+    traj = run_episode(Script(turns), "q", TOOLS, ctx)
+    assert [(t.prompt_reused, t.prompt_ids) for t in traj.turns] == [(0, [1, 2, 3]), (5, [6, 7]), (2, [9])]
+    assert traj.prompts() == [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7], [1, 2, 9]]
+    assert traj.model_validate_json(traj.model_dump_json()).prompts() == traj.prompts()
+
+
+def test_context_configs_that_cannot_work_are_refused():
+    with pytest.raises(ValidationError, match="needs a budget"):
+        ContextConfig(policy="truncate")
+    with pytest.raises(ValidationError, match="needs a trigger"):
+        ContextConfig(policy="summarize", budget=100)
+    with pytest.raises(ValidationError, match="summary turn must fit"):
+        ContextConfig(policy="summarize", budget=100, trigger=90, summary_max_tokens=20)
