@@ -14,6 +14,8 @@ from harnessrl.stage import StageContext
 def work(ctx: StageContext) -> dict:
     from harnessrl.train.launch import launch
 
+    if TrainConfig.model_validate(ctx.cfg["stage"]).length_buckets:
+        raise ValueError("stages.cpt.length_buckets: CPT packs fixed-length windows; length buckets are for SFT")
     return launch("components.cpt:train_job", ctx, TrainConfig.model_validate(ctx.cfg["stage"]).world_size)
 
 

@@ -45,6 +45,8 @@ def work(ctx: StageContext) -> dict:
     chain_paths = [(m["stage"], str(p)) for p, m in lineage]
     training = training_rows(chain_paths)
     report = build_report(cfg, str(ctx.data_dir), results, episodes, training, verdicts, incident_rows(chain_paths))
+    if cfg.long_horizon_tasks:
+        report["long_horizon"] = long_horizon_comparison(lineage, ctx, cfg, engine)
     write_report(ctx.out, report, episodes)
     for v in verdicts:
         print(f"[eval] gate {'ok  ' if v['ok'] else 'FAIL'} {v['message']}", flush=True)
@@ -54,6 +56,29 @@ def work(ctx: StageContext) -> dict:
         kept = write_report(ctx.state_dir / "report", report, episodes)
         raise GateFailed(failure_message(verdicts, str(kept / "report.html")))
     return {"success": results[-1]["success"], "malformed": results[-1]["malformed"]}
+
+
+def long_horizon_comparison(lineage, ctx: StageContext, cfg: EvalConfig, engine: EngineConfig) -> dict:
+    """Truncation, untrained and trained summaries on the held-out long-horizon tasks, in the
+    long-horizon checkpoint's own harness (harnessrl/report/long_horizon.py)."""
+    from harnessrl.harness.spec import load_harness
+    from harnessrl.report.heldout import load_heldout
+    from harnessrl.report.long_horizon import METHODS, compare
+
+    at = next((i for i, (_, m) in enumerate(lineage) if m["stage"] == "long_horizon"), None)
+    if not at:  # the config check keeps the stage in the chain; a chain that lacks it is a broken one
+        raise ValueError("stages.eval.long_horizon_tasks: the chain has no long_horizon checkpoint with a parent")
+    (parent, _), (trained, _) = lineage[at - 1], lineage[at]
+    harness = load_harness(trained)
+    if harness is None:
+        raise ValueError(f"{trained}: the long-horizon checkpoint records no harness.json")
+    tasks = load_heldout(ctx.data_dir, ["long_horizon"], cfg.long_horizon_tasks)
+    out = compare(parent, trained, harness.budgets, tasks, ctx.data_dir, cfg, ctx.cfg["model"]["dtype"], engine)
+    for method in METHODS:
+        m = out[method]
+        print(f"[eval] long-horizon {method:<17} success {m['success']['value']:.3f} summary tokens "
+              f"{m['summary_tokens']:.1f} compactions {m['compactions']:.2f} ended {m['ended']}", flush=True)  # fmt: skip
+    return out
 
 
 def evaluate(

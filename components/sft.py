@@ -32,6 +32,10 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
     samples = [render_ids(tok, row["messages"]) for row in read_jsonl(ctx.data_dir / "sft.jsonl")]
+    longest = max(len(ids) for ids, _ in samples)
+    if longest > cfg.seq_len:  # cutting a conversation would train on one that never ended, silently
+        raise ValueError(f"stages.sft.seq_len: {cfg.seq_len} is shorter than the longest conversation "
+                         f"({longest} tokens); raise it to at least {longest}")  # fmt: skip
     run = Run(ctx.out / "metrics.jsonl", "sft", rank, world, ctx.state_dir, cfg.checkpoint_every)
     engine, last = train(model, masked_batches(samples, cfg, tok.pad_token_id, ctx.cfg["seed"], rank, world), cfg, run)
     export_hf(engine, model, tok, ctx.out, rank)

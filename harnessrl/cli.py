@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("suite_dir", type=Path, metavar="DIR", help="a suite directory from `tasks build`")
     pe.add_argument("--split", choices=["train", "heldout", "all"], default="all", help="default: %(default)s")
     pe.add_argument("--workers", type=int, default=4, help="concurrent episodes (default: %(default)s)")
+    pe.add_argument(
+        "--context-budget",
+        type=int,
+        metavar="N",
+        help="also run every task at this context budget (estimated tokens, 4 characters each), without "
+        "context management and with summaries: does the suite need them?",
+    )
+    pe.add_argument(
+        "--summary-trigger", type=int, metavar="N", help="with --context-budget: summarize here (default: 2/3 of it)"
+    )
 
     p = sub.add_parser("tools", help="run the harness's tools by hand")
     tsub = p.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
@@ -598,12 +608,34 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     except (TaskFileError, FileNotFoundError, ValueError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    t0 = time.time()
-    trajectories = expert_trajectories(tasks, args.suite_dir, workers=args.workers)
+    runs = {"": None}
+    if args.context_budget:
+        from pydantic import ValidationError
+
+        from harnessrl.harness.context import ContextConfig
+        from harnessrl.harness.episode import Budgets
+
+        trigger = args.summary_trigger or args.context_budget * 2 // 3
+        try:
+            runs = {
+                " without context management": Budgets(context=ContextConfig(budget=args.context_budget)),
+                " with summaries": Budgets(context=ContextConfig(policy="summarize", budget=args.context_budget,
+                                           trigger=trigger, summary_max_tokens=args.context_budget - trigger)),
+            }  # fmt: skip
+        except ValidationError as e:
+            print(f"harnessrl: error: --summary-trigger: {e.errors()[0]['msg']}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    t0, episodes = time.time(), 0
+    for label, budgets in runs.items():
+        trajectories = expert_trajectories(tasks, args.suite_dir, workers=args.workers, budgets=budgets)
+        episodes += len(trajectories)
+        for suite, rate in success_rates(trajectories).items():
+            mine = [t for t in trajectories if t.meta["suite"] == suite]
+            summaries = sum(t.counts.summaries for t in mine) / len(mine)
+            extra = f", {summaries:.1f} summaries per episode" if budgets is not None else ""
+            print(f"{suite}: expert success {rate:.3f} over {len(mine)} tasks{label}{extra}")
     dt = time.time() - t0
-    for suite, rate in success_rates(trajectories).items():
-        print(f"{suite}: expert success {rate:.3f} over {sum(t.meta['suite'] == suite for t in trajectories)} tasks")
-    print(f"{len(trajectories)} episodes in {dt:.1f}s ({len(trajectories) / dt:.1f} episodes/s)")
+    print(f"{episodes} episodes in {dt:.1f}s ({episodes / dt:.1f} episodes/s)")
     return 0
 
 

@@ -130,8 +130,19 @@ class TrainConfig(Strict):
     zero_stage: int = Field(0, ge=0, le=3)
     precision: Literal["fp32", "bf16"] = "fp32"
     world_size: int = Field(1, gt=0, description="training processes (GPUs on a cluster)")
+    length_buckets: list[int] = Field(
+        [],
+        description="SFT: token lengths that split conversations into buckets; a batch comes from one bucket, "
+        "so short conversations are not padded to long ones ([]: one bucket)",
+    )
     log_every: int = Field(10, gt=0)
     checkpoint_every: int = Field(0, ge=0, description="save a resumable state every N steps; 0: never")
+
+    @model_validator(mode="after")
+    def _buckets_ascend(self) -> TrainConfig:
+        if any(b <= 0 for b in self.length_buckets) or self.length_buckets != sorted(set(self.length_buckets)):
+            raise ValueError(f"length_buckets must be positive and ascending (got {self.length_buckets})")
+        return self
 
 
 class MonitorConfig(Strict):
@@ -248,6 +259,12 @@ class EvalConfig(Strict):
     max_turns: int = Field(6, gt=0, description="per episode")
     temperature: float = Field(0.0, ge=0, description="0: greedy")
     gates: list[GateConfig] = []
+    long_horizon_tasks: int = Field(
+        0,
+        ge=0,
+        description="held-out long-horizon tasks on which truncation, untrained and trained summaries are "
+        "compared, in the long-horizon checkpoint's harness (0: no comparison)",
+    )
 
 
 class StagesConfig(Strict):
@@ -382,6 +399,15 @@ class Config(Strict):
     infra: InfraConfig
     store: StoreConfig = Field(default_factory=StoreConfig, description="not part of any stage's cache key")
 
+    @model_validator(mode="after")
+    def _long_horizon_compared(self) -> Config:
+        if self.stages.eval.long_horizon_tasks and not self.stages.long_horizon.enabled:
+            raise ValueError(
+                "stages.eval.long_horizon_tasks: the comparison needs the long-horizon stage "
+                "(stages.long_horizon.enabled is false); set it to 0"
+            )
+        return self
+
     def enabled_stages(self) -> list[str]:
         """Stage names in chain order; `base` always runs."""
         return ["base"] + [s for s in STAGES[1:] if getattr(self.stages, s).enabled]
@@ -456,7 +482,8 @@ def _one_line_validation(e: ValidationError) -> str:
         if "input" in err and not isinstance(err["input"], dict | list):
             msg += f" (got {err['input']!r})"
     more = len(e.errors()) - 1
-    return f"{field}: {msg}" + (f" (+{more} more error{'s' * (more > 1)})" if more else "")
+    where = "" if field == "<root>" else f"{field}: "  # a whole-recipe check names its fields itself
+    return f"{where}{msg}" + (f" (+{more} more error{'s' * (more > 1)})" if more else "")
 
 
 def _one_line_missing_option(e: Exception) -> str:

@@ -72,6 +72,17 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "data": data, "base": root / "base"}
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default recipe, whole, as `harnessrl run` runs it (about 13 minutes on 2 cores): run once
+    per session and shared by the slow tests that need trained checkpoints."""
+    root = tmp_path_factory.mktemp("tiny")
+    run_dir = root / "run"
+    rc = run_cli("run", f"data.dir={root / 'data'}", "--output-dir", str(run_dir), "--pipeline-root", str(root / "kfp"))
+    assert rc == 0
+    return run_dir
+
+
 @pytest.fixture
 def answer_length_reward(monkeypatch: pytest.MonkeyPatch) -> None:
     """The untrained base model answers every task at once, wrongly and at full length, so every

@@ -77,3 +77,27 @@ def test_agent_cli_bad_input_is_exit_2(tmp_path: Path, capsys) -> None:
     assert "no such directory" in capsys.readouterr().err
     assert main(["agent", "--model", str(tmp_path), "--repo", str(tmp_path), "x"]) == 2
     assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+
+
+@needs_bwrap
+def test_agent_flags_set_the_context_policy(tiny_base: dict, tmp_path: Path, capsys) -> None:
+    repo = make_repo(tmp_path / "repo")
+    base = ["agent", "--model", str(tiny_base["base"]), "--repo", str(repo), "--max-turns", "1", "--max-new-tokens", "4"]
+    assert main([*base, "--context", "summarize", "what does add do?"]) == 0
+    captured = capsys.readouterr()
+    assert "no harness.json; the agent gets every tool" in captured.err  # the base model was trained in none
+    assert "summaries 0" in captured.out
+    assert main([*base, "--context", "summarize", "--context-budget", "100", "--summary-trigger", "90", "q"]) == 2
+    assert "--context summarize: trigger + summary_max_tokens must fit in the budget" in capsys.readouterr().err
+
+
+def test_agent_cli_refuses_flags_that_would_do_nothing(tiny_base: dict, tmp_path: Path, capsys) -> None:
+    repo = make_repo(tmp_path / "repo")
+    assert main(["agent", "--model", str(tiny_base["base"]), "--harness", str(tmp_path), "--repo", str(repo), "q"]) == 2
+    assert "--harness is for --endpoint" in capsys.readouterr().err
+    args = ["agent", "--endpoint", "http://127.0.0.1:9/v1", "--served-model", "m", "--repo", str(repo)]
+    assert main([*args, "--context", "truncate", "q"]) == 2
+    assert "needs --context-budget" in capsys.readouterr().err
+    (tmp_path / "harness.json").write_text('{"tools": ["grep"], "system_prompt": "s", "budgets": {"max_turns": 0}}')
+    assert main([*args, "--harness", str(tmp_path / "harness.json"), "q"]) == 2
+    assert "harness.json: field 'budgets.max_turns'" in capsys.readouterr().err

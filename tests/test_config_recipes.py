@@ -41,6 +41,21 @@ def test_gpu_recipe_expresses_cluster_settings() -> None:
     assert cfg.stages.rl.rollout_workers > 1 and cfg.stages.rl.env_workers > 1
 
 
+def test_gpu_recipe_builds_the_context_policy_it_names() -> None:
+    """qwen_coder_7b's summary_trigger and summary_max_tokens reach the harness through the same code
+    the tiny recipe runs (components/rl.py: episode_budgets)."""
+    from components.rl import episode_budgets
+
+    lh = compose(["recipe=qwen_coder_7b"]).stages.long_horizon
+    budgets = episode_budgets(lh)
+    assert budgets.context.model_dump() == {"policy": "summarize", "budget": 32768, "trigger": 24576,
+                                            "summary_max_tokens": 1024, "max_summaries": lh.max_summaries}  # fmt: skip
+    assert budgets.max_turn_tokens == lh.max_new_tokens == 4096 and budgets.max_turns == lh.max_turns
+    assert episode_budgets(compose(["recipe=qwen_coder_7b"]).stages.rl).context.policy == "none"
+    tiny = episode_budgets(compose([]).stages.long_horizon).context
+    assert (tiny.policy, tiny.budget, tiny.trigger, tiny.summary_max_tokens) == ("summarize", 448, 288, 96)
+
+
 BAD_OVERRIDES = [
     # (override, field named, words of what was expected)
     ("stages.cpt.lrr=0.1", "stages.cpt.lrr", "unknown field"),
@@ -54,6 +69,9 @@ BAD_OVERRIDES = [
     ("model.name=???", "model.name", "missing required value"),
     ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
     ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
+    ("stages.long_horizon.summary_trigger=400", "stages.long_horizon", "must fit in context_budget"),
+    ("stages.long_horizon.context=compact", "stages.long_horizon.context", "'none', 'truncate' or 'summarize'"),
+    ("stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks", "needs the long-horizon stage"),
 ]
 
 

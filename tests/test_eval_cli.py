@@ -54,7 +54,10 @@ def test_without_data_the_checkpoint_manifest_names_its_data_folder(tiny_base: d
     ("args", "says"),
     [
         (["--checkpoint", "/no/such/ckpt", "--suite", "lookup"], "--checkpoint /no/such/ckpt: not a directory"),
-        (["--checkpoint", "{base}", "--suite", "bugfix"], "no held-out tasks of suite 'bugfix' (suites here: long_horizon, lookup)"),
+        (
+            ["--checkpoint", "{base}", "--suite", "bugfix"],
+            "no held-out tasks of suite 'bugfix' (suites here: long_horizon, lookup)",
+        ),
         (["--checkpoint", "{base}", "--suite", "lookup", "--data", "/no/data"], "--data: /no/data: no held-out tasks"),
         (["--checkpoint", "{base}", "--suite", "lookup", "--num-tasks", "0"], "--num-tasks: Input should be greater"),
         (["--checkpoint", "{data}", "--suite", "lookup", "--data", "{data}"], "not a Hugging Face checkpoint"),

@@ -285,6 +285,19 @@ def test_lint(env):
 
 
 @needs_bwrap
+def test_the_sandbox_runs_the_harness_interpreter(env):
+    """Inside a virtualenv, `python` in the sandbox is the venv's, not the base interpreter it was made
+    from: lint and run_tests need the packages installed with harnessrl (CI runs in a fresh venv)."""
+    import os
+    import sys
+
+    ctx, _, _ = env
+    out = call(ctx, "run_terminal", command="python -c 'import sys; print(sys.prefix)'")
+    assert out.splitlines()[-1] == os.path.realpath(sys.prefix)
+    assert "ruff" in call(ctx, "run_terminal", command="python -m ruff --version")
+
+
+@needs_bwrap
 def test_run_tests_summarizes(env):
     ctx, _, _ = env
     out = call(ctx, "run_tests", paths=["tests"])

@@ -37,6 +37,21 @@ def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: 
     assert lineage[-1][1]["parent"] is None
     report = json.loads((smoke_run / "checkpoints" / "eval" / "report.json").read_text())
     assert [r["stage"] for r in report["results"]] == STAGES[:-1]
+    # The harness each trained checkpoint was trained in, for `harnessrl agent`.
+    for stage in ("sft", "rl", "long_horizon"):
+        harness = json.loads((smoke_run / "checkpoints" / stage / "harness.json").read_text())
+        assert harness["tools"] == ["grep", "read_file"], stage
+    assert harness["budgets"]["context"]["policy"] == "summarize"  # the long-horizon stage's
+    # The three context methods on the held-out long-horizon tasks, in the long-horizon harness.
+    lh = report["long_horizon"]
+    for method in ("truncation", "untrained_summary", "trained_summary"):
+        assert lh[method]["episodes"] == 2 and 0 <= lh[method]["success"]["value"] <= 1
+        assert "summary_tokens" in lh[method] and len(lh[method]["rows"]) == 2
+    assert lh["truncation"]["checkpoint"] == lh["untrained_summary"]["checkpoint"] == report["results"][3]["checkpoint"]
+    assert lh["trained_summary"]["checkpoint"] == report["results"][4]["checkpoint"]
+    assert lh["truncation"]["summary_tokens"] == 0 and lh["example"]["segments"]
+    html = (smoke_run / "report" / "report.html").read_text()
+    assert "Long horizon: truncation, untrained and trained summaries" in html and "Segment 1" in html
     assert (smoke_run / "config.yaml").is_file() and (smoke_run / "kfp.log").is_file()
     # The run's state root reached its stages, and does not outlive the run in this process.
     assert "HARNESSRL_STATE_ROOT" not in os.environ

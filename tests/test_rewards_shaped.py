@@ -32,3 +32,13 @@ def test_efficiency_counts_only_on_solved_tasks():
 def test_malformed_and_clarify_count_on_failures_too():
     c = reward_components(traj(False, turns=2, malformed_turns=2, ask_user=1), W)
     assert c["malformed"] == -2.0 and c["clarify"] == -0.1 and total(c) < 0
+
+
+def test_summary_length_counts_on_solved_tasks_and_overlong_on_any():
+    w = RewardConfig(summary_tokens=-0.5, overlong=-0.3)
+    solved = traj(True, turns=4, summaries=2, summary_tokens=400)
+    assert reward_components(solved, w)["summary_tokens"] == -0.2  # 0.4k tokens at -0.5 per 1k
+    assert reward_components(traj(False, summaries=2, summary_tokens=400), w)["summary_tokens"] == 0.0
+    ran_out = traj(False, turns=12).model_copy(update={"outcome": Outcome(stop_reason="max_summaries")})
+    assert reward_components(ran_out, w)["overlong"] == -0.3
+    assert reward_components(traj(False, turns=2), w)["overlong"] == 0.0  # it answered, if wrongly

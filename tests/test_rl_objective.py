@@ -91,3 +91,57 @@ def test_batched_completion_logprobs_equal_one_sequence_at_a_time(token_budget: 
             want_t = [float(logp_t[len(s.prompt) - 1 + k, t]) for k, t in enumerate(s.completion)]
             assert hot[samples.index(s)].tolist() == pytest.approx(want_t, abs=1e-5)
             assert all(x < 0 and math.isfinite(x) for x in got.tolist())
+
+
+def test_every_turn_of_every_segment_is_a_sample_sharing_the_advantage() -> None:
+    """A summary is trained like any other turn, on its own segment's exact prompt, with the trajectory's
+    advantage; turns without behaviour logprobs (a scripted policy's) are never trained."""
+    from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory, TurnRecord
+    from harnessrl.rl.loop import turn_samples
+
+    def turn(i, kind, segment, reused, prompt, ids, lps=True):
+        return TurnRecord(index=i, kind=kind, text="t", segment=segment, prompt_reused=reused, prompt_ids=prompt,
+                          token_ids=ids, logprobs=[-0.5] * len(ids) if lps else None, policy_s=0.0)  # fmt: skip
+
+    turns = [
+        turn(0, "tool_calls", 0, 0, [1, 2, 3], [4, 5]),
+        turn(1, "summary", 0, 5, [6, 7], [8]),
+        turn(2, "final", 1, 2, [9], [10, 11]),  # the new segment: system and task again, then the summary state
+        turn(3, "final", 1, 0, [12], [13], lps=False),
+    ]
+    traj = Trajectory(task_id="t", messages=[], opening=2, tools=[], turns=turns, counts=Counts(),
+                      outcome=Outcome(stop_reason="final"), budgets=Budgets(), wall_s=0, started_at=0)  # fmt: skip
+    samples = turn_samples(traj, 0.7)
+    assert [(s.prompt, s.completion) for s in samples] == [
+        ([1, 2, 3], [4, 5]),
+        ([1, 2, 3, 4, 5, 6, 7], [8]),
+        ([1, 2, 9], [10, 11]),
+    ]
+    assert all(s.advantage == 0.7 for s in samples)
+
+
+def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None:
+    from harnessrl.config import RewardConfig, compose
+    from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory
+    from harnessrl.rl.loop import score
+    from harnessrl.rl.rollouts import Rollout
+    from harnessrl.tasks.task import Check, Solution, Task
+
+    task = Task(id="t", suite="s", split="train", repo="r", instruction="q", tools=[],
+                check=Check(kind="answer", answer="1"), solution=Solution(kind="value"))  # fmt: skip
+
+    def rollout(success, stop):
+        traj = Trajectory(task_id="t", messages=[], opening=2, tools=[], turns=[], counts=Counts(turns=2),
+                          outcome=Outcome(stop_reason=stop, success=success), budgets=Budgets(), wall_s=0,
+                          started_at=0)  # fmt: skip
+        return Rollout(task, traj, 0)
+
+    group = [rollout(True, "final"), rollout(False, "final"), rollout(False, "max_summaries"), rollout(True, "final")]
+    cfg = compose(["recipe=tiny_smoke", "stages.rl.group_size=4"]).stages.rl
+    plain, masked = (
+        score([group], RewardConfig(), cfg),
+        score([group], RewardConfig(), cfg.model_copy(update={"overlong_mask": True})),
+    )
+    assert plain.masked == 0 and plain.advantages[2] < 0
+    assert masked.masked == 1 and masked.advantages[2] == 0.0
+    assert masked.advantages[[0, 1, 3]].tolist() == plain.advantages[[0, 1, 3]].tolist()  # the baseline kept it

@@ -3,16 +3,13 @@
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from harnessrl.cli import main
-from harnessrl.harness import sandbox as sb
 from harnessrl.harness.protocol import render_calls
-
-needs_bwrap = pytest.mark.skipif(
-    sb._bwrap_path() is None or not sb._bwrap_works(), reason="bubblewrap missing or cannot create namespaces"
-)
+from tests.conftest import needs_bwrap  # fails under CI rather than skipping
 
 
 @pytest.fixture
@@ -96,3 +93,13 @@ def test_tasks_expert_reports_success(capsys, tmp_path):
     assert main(["tasks", "build", "--suite", "long_horizon", "--num", "2", "-o", str(tmp_path / "s")]) == 0
     assert main(["tasks", "expert", str(tmp_path / "s"), "--workers", "2"]) == 0
     assert "long_horizon: expert success 1.000 over 2 tasks" in capsys.readouterr().out
+
+
+@needs_bwrap
+def test_expert_reports_whether_the_long_horizon_suite_needs_summaries(tmp_path: Path, capsys) -> None:
+    assert main(["tasks", "build", "--suite", "long_horizon", "--num", "4", "-o", str(tmp_path / "lh")]) == 0
+    capsys.readouterr()
+    assert main(["tasks", "expert", str(tmp_path / "lh"), "--context-budget", "240", "--summary-trigger", "180"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("long_horizon: expert success 0.000 over 4 tasks without context management")
+    assert lines[1].startswith("long_horizon: expert success 1.000 over 4 tasks with summaries")

@@ -194,3 +194,33 @@ def test_sft_trains_only_assistant_tokens(tiny_base: dict, tmp_path: Path) -> No
     trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
     assert "<tool_call>" in trained and "<|im_end|>" in trained
     assert "<tool_response>" not in trained and "You are a coding agent" not in trained
+
+
+def test_sft_batches_come_from_one_length_bucket_and_cover_every_conversation() -> None:
+    from harnessrl.train.loop import masked_batches
+
+    lengths = [5, 6, 7, 30, 31, 5, 40, 6, 8, 33]
+    samples = [([i] * n, [True] * n) for i, n in enumerate(lengths)]  # each conversation's ids name it
+    cfg = compose(SMOKE).stages.sft.model_copy(update={"micro_batch_size": 3, "length_buckets": [20]})
+    batches = masked_batches(samples, cfg, pad_id=-1, seed=0)
+    seen = []
+    for x, _ in (next(batches) for _ in range(4)):  # one epoch: 6 short and 4 long make 2 + 2 batches
+        rows = [int(r[0]) for r in x]
+        assert len({lengths[i] > 20 for i in rows}) == 1  # never a short one padded to a long one's width
+        assert x.shape[1] == max(lengths[i] for i in rows)
+        seen += rows
+    assert sorted(seen) == list(range(len(samples)))
+
+
+def test_the_loss_on_labelled_positions_equals_the_models_own(tiny_base: dict) -> None:
+    """lm_loss runs the output projection only where labels are; the number is HF's loss."""
+    import torch
+
+    from harnessrl.train.loop import lm_loss
+
+    model, _ = load(tiny_base["base"])
+    x = torch.randint(10, 500, (3, 17), generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[:, :9] = -100  # a prompt carries no labels
+    y[1, 12:] = -100
+    assert float(lm_loss(model, x, y)) == pytest.approx(float(model(input_ids=x, labels=y).loss), abs=1e-5)

@@ -25,7 +25,7 @@ def eval_budgets(cfg: EvalConfig, context=None):
                    max_tokens=cfg.max_turns * cfg.max_new_tokens, context=context or ContextConfig())  # fmt: skip
 
 
-def checkpoint_rows(
+def checkpoint_trajectories(
     path: Path | str,
     tasks: list[Task],
     data_dir: Path,
@@ -33,10 +33,10 @@ def checkpoint_rows(
     dtype: str,
     engine: EngineConfig | None = None,
     budgets=None,
-) -> list[dict]:
-    """Every task under every seed with a local HF checkpoint, batched one generate per turn, on the
-    `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL rolls out. `budgets`
-    defaults to the eval's own (eval_budgets)."""
+) -> list[tuple[int, Task, Any]]:
+    """(seed, task, trajectory) for every task under every seed with a local HF checkpoint, batched one
+    generate per turn, on the `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL
+    rolls out. `budgets` defaults to the eval's own (eval_budgets)."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.model.checkpoint import load
     from harnessrl.model.prompts import PromptRenderer
@@ -55,15 +55,25 @@ def checkpoint_rows(
         sampler = HFEngine(model, tok, cfg.temperature)
     budgets = budgets or eval_budgets(cfg)
     uids = range(BASE_UID, BASE_UID + len(tasks))
-    rows: list[dict[str, Any]] = []
+    out = []
     try:
         for seed in cfg.seeds:
             trajs, _ = run_group(tasks, data_dir, budgets, renderer, sampler.generate, seed, uids)
-            rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
+            out += [(seed, t, tr) for t, tr in zip(tasks, trajs, strict=True)]
     finally:
         if engine is not None and engine.kind == "vllm":
             sampler.close()
-    return rows
+    return out
+
+
+def checkpoint_rows(
+    path: Path | str, tasks: list[Task], data_dir: Path, cfg: EvalConfig, dtype: str, engine: EngineConfig | None = None
+) -> list[dict]:
+    """checkpoint_trajectories as one compact row per episode."""
+    return [
+        episode_row(tr, t.suite, seed)
+        for seed, t, tr in checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine)
+    ]
 
 
 def endpoint_rows(

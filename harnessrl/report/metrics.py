@@ -41,6 +41,10 @@ def episode_row(traj: Trajectory, suite: str, seed: int) -> dict[str, Any]:
         "malformed_turns": c.malformed_turns,
         "asked": c.ask_user > 0,
         "tokens": c.tokens,
+        "summaries": c.summaries,
+        "summary_tokens": c.summary_tokens,
+        "compactions": len(traj.compactions),
+        "capped_turns": c.capped_turns,
         "wall_s": round(traj.wall_s, 4),
     }
 

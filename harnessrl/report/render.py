@@ -96,6 +96,33 @@ def incident_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+LH_HEADERS = ["method", "checkpoint", "success", "tokens per summary", "summaries", "compactions", "parallel",
+              "ended by"]  # fmt: skip
+
+
+def long_horizon_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The three context methods side by side, as table cells."""
+    from harnessrl.report.long_horizon import METHODS
+
+    lh = report["long_horizon"]
+    rows = []
+    for method in METHODS:
+        m = lh[method]
+        s, p = m["success"], m["parallel_share"]
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(m["ended"].items(), key=lambda kv: -kv[1]))
+        rows.append([method, m["checkpoint"][:12], f"{s['value']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]",
+                     f"{m['summary_tokens']:.1f}", f"{m['summaries']:.2f}", f"{m['compactions']:.2f}",
+                     f"{p['value']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}]", ended])  # fmt: skip
+    return rows
+
+
+def _long_horizon_setup(lh: dict[str, Any]) -> str:
+    c = lh["context"]
+    return (f"{lh['tasks']} held-out tasks · context budget {c['budget']} tokens · summary at {c['trigger']}, "
+            f"at most {c['summary_max_tokens']} tokens each, {c['max_summaries']} per episode · "
+            f"max {lh['max_turns']} turns")  # fmt: skip
+
+
 def markdown(report: dict[str, Any]) -> str:
     text, _ = headline(report)
     cols = _columns(report)
@@ -115,6 +142,16 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("")
     lines += ["Values are point estimates with 95% intervals: Wilson for rates of episodes, a seeded bootstrap over "
               "episodes for means and per-turn shares; pass@k is the unbiased estimator over the seeds.", ""]  # fmt: skip
+    if report.get("long_horizon"):
+        lh = report["long_horizon"]
+        lines += ["## Long horizon: truncation, untrained and trained summaries", "", _long_horizon_setup(lh), ""]
+        lines += ["| " + " | ".join(LH_HEADERS) + " |", "|" + "---|" * len(LH_HEADERS)]
+        lines += ["| " + " | ".join(row) + " |" for row in long_horizon_rows(report)] + [""]
+        ex = lh["example"]
+        lines += [f"### One episode: {ex['task_id']} ({'solved' if ex['success'] else 'failed'}, {ex['stop_reason']})",
+                  "", f"Task: {ex['instruction']} Expected: `{ex['expected']}`; answered: `{ex['answer']}`.", ""]  # fmt: skip
+        for i, seg in enumerate(ex["segments"]):
+            lines += [f"Segment {i + 1}:", "", "```"] + [f"[{m['role']}] {m['content']}" for m in seg] + ["```", ""]
     if report["gates"]:
         lines += ["## Gates", ""] + [f"- {'✓' if g['ok'] else '✗'} {g['message']}" for g in report["gates"]] + [""]
     summary = incident_summary(report)
@@ -140,7 +177,9 @@ td:first-child,td:nth-child(2),th{text-align:left}a{color:inherit;text-decoratio
 .headline{padding:12px 16px;border-radius:6px;font-size:16px;font-weight:600}
 .better{background:#e8f5e9;border:1px solid #43a047}.worse{background:#ffebee;border:1px solid #e53935}
 .none,.no{background:#f5f5f5;border:1px solid #9e9e9e}.fail{color:#c62828}.pass{color:#2e7d32}
-.ci{color:#777;font-size:12px}img{max-width:100%;border:1px solid #eee;margin:8px 0}code{font-size:12px}"""
+.ci{color:#777;font-size:12px}img{max-width:100%;border:1px solid #eee;margin:8px 0}code{font-size:12px}
+pre.seg{white-space:pre-wrap;background:#fafafa;padding:8px;font-size:12px}pre.seg span{display:block}
+.summary{background:#fff3e0;font-weight:600}.tool{color:#555}"""
 
 
 def _link(out: Path, r: dict[str, Any]) -> str:
@@ -152,6 +191,26 @@ def _link(out: Path, r: dict[str, Any]) -> str:
         return os.path.relpath(manifest, out)
     except ValueError:
         return manifest.as_uri() if manifest.is_absolute() else str(manifest)
+
+
+def _long_horizon_html(report: dict[str, Any]) -> str:
+    e = html.escape
+    lh = report["long_horizon"]
+    parts = ["<h2>Long horizon: truncation, untrained and trained summaries</h2>", f"<p>{e(_long_horizon_setup(lh))}</p>",
+             "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in LH_HEADERS) + "</tr>"]  # fmt: skip
+    parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in long_horizon_rows(report)]
+    parts.append("</table>")
+    ex = lh["example"]
+    parts.append(f"<h3>One episode: {e(ex['task_id'])} <span class='ci'>{'solved' if ex['success'] else 'failed'}, "
+                 f"ended by {e(ex['stop_reason'])}</span></h3><p>Task: {e(ex['instruction'])}<br>Expected "
+                 f"<code>{e(str(ex['expected']))}</code>, answered <code>{e(str(ex['answer']))}</code></p>")  # fmt: skip
+    for i, seg in enumerate(ex["segments"]):
+        parts.append(f"<details open><summary>Segment {i + 1}</summary><pre class='seg'>")
+        for m in seg:
+            cls = "summary" if m["role"] == "assistant" and m["content"] in ex["summaries"] else m["role"]
+            parts.append(f"<span class='{cls}'>[{e(m['role'])}] {e(m['content'])}</span>")
+        parts.append("</pre></details>")
+    return "\n".join(parts)
 
 
 def html_page(report: dict[str, Any], out: Path) -> str:
@@ -187,6 +246,8 @@ def html_page(report: dict[str, Any], out: Path) -> str:
         parts.append("</table>")
     parts.append("<p class='ci'>95% intervals: Wilson for rates of episodes; seeded bootstrap over episodes for means "
                  "and per-turn shares. Hover a number for its checkpoint; click for its lineage manifest.</p>")  # fmt: skip
+    if report.get("long_horizon"):
+        parts.append(_long_horizon_html(report))
     if report["gates"]:
         parts.append("<h2>Gates</h2><ul>" + "".join(
             f"<li class='{'pass' if g['ok'] else 'fail'}'>{'✓' if g['ok'] else '✗'} {e(g['message'])}</li>"

@@ -7,6 +7,7 @@ uninterrupted run would have seen: after a resume the loss equals the uninterrup
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from collections.abc import Iterator
@@ -20,7 +21,6 @@ from harnessrl.metrics import MetricsWriter, restore, snapshot
 from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # input_ids [B, T], labels [B, T] (-100 = not trained)
-GROUP = 64  # masked_batches sorts windows of this many batches by length
 
 
 def packed_batches(tokens: list[int], cfg: TrainConfig, seed: int, rank: int = 0, world: int = 1) -> Iterator[Batch]:
@@ -46,21 +46,25 @@ def masked_batches(
 ) -> Iterator[Batch]:
     """Endless batches of conversations, right-padded; only assistant tokens carry labels (SFT).
 
-    Conversations differ in length several times over, so each batch holds conversations of similar
-    length: a shuffled window of GROUP batches' worth is sorted by length and cut into batches, which
-    are then shuffled. Padding falls from ~25% of the tokens to a few percent."""
+    `cfg.length_buckets` splits the conversations by token length, and each batch comes from one
+    bucket, so a short conversation is not padded out to a long one's length; within a bucket,
+    batches are drawn at random, and the buckets' batches are shuffled together, so every
+    conversation is seen once an epoch. (Sorting by length within a shuffled window instead made
+    batches of one kind of answer, the teacher's guesses say, and SFT stopped learning.)"""
     if len(samples) < cfg.micro_batch_size * world:
         raise ValueError(f"{len(samples)} conversations: too few for {world} rank(s) of {cfg.micro_batch_size}")
+    buckets: list[list[int]] = [[] for _ in range(len(cfg.length_buckets) + 1)]
+    for i, (ids, _) in enumerate(samples):
+        buckets[bisect.bisect_left(cfg.length_buckets, len(ids))].append(i)
     g = torch.Generator().manual_seed(seed)
-    window = cfg.micro_batch_size * GROUP
     while True:
-        order = torch.randperm(len(samples), generator=g).tolist()
-        batches = []
-        for start in range(0, len(order), window):
-            chunk = sorted(order[start : start + window], key=lambda i: len(samples[i][0]))
-            batches += [chunk[k : k + cfg.micro_batch_size] for k in range(0, len(chunk), cfg.micro_batch_size)]
-        batches = [b for b in batches if len(b) == cfg.micro_batch_size]
-        shuffled = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+        batches = [
+            [bucket[j] for j in chunk.tolist()]
+            for bucket in buckets
+            if bucket
+            for chunk in torch.randperm(len(bucket), generator=g).split(cfg.micro_batch_size)
+        ]
+        shuffled = [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
         for idx in itertools.islice(shuffled, rank, len(shuffled) - len(shuffled) % world, world):
             rows = [samples[i] for i in idx]
             width = min(cfg.seq_len, max(len(ids) for ids, _ in rows))

@@ -1,0 +1,95 @@
+"""Under a real chat template the trainer sees exactly the prompts the rollout sampled from.
+
+The tiny model's template leaves the tool schemas out (its system prompt names the tools), which hid a
+bug: training re-rendered each turn's prompt without the tools, while the rollout rendered them. Here
+a tiny Qwen2 gets a chat template built like Qwen2.5's, which writes every tool's JSON schema into the
+system prompt and groups tool responses into one user turn, and an RL rollout's training samples are
+checked token for token against what that template renders, turn by turn. Nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnessrl.config import compose
+from harnessrl.engines.hf import Completion, HFEngine
+from harnessrl.harness.episode import Budgets
+from harnessrl.harness.protocol import render_calls
+from harnessrl.model.checkpoint import build_from_arch, load
+from harnessrl.model.prompts import PromptRenderer
+from harnessrl.report.heldout import load_heldout
+from harnessrl.rl.loop import turn_samples
+from harnessrl.rl.rollouts import LocalRollouts
+from harnessrl.tasks.run import BASE_UID
+from tests.conftest import SMOKE, needs_bwrap
+
+# Qwen2.5's layout: tools as JSON lines in <tools></tools> inside the system turn; consecutive tool
+# results in one user turn of <tool_response> blocks; structured calls as <tool_call> JSON.
+QWEN_STYLE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (message.content or '') + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class CallsFirst:
+    """The engine, except that the first turn is a grep call (random weights would answer at once), so
+    the later turns' prompts hold an assistant turn and a tool response."""
+
+    def __init__(self, engine, tok) -> None:
+        self.engine, self.tok, self.calls = engine, tok, 0
+
+    def generate(self, requests, seed):
+        self.calls += 1
+        if self.calls > 1:
+            return self.engine.generate(requests, seed)
+        ids = self.tok.encode(render_calls([("grep", {"pattern": "^X ="})]) + "<|im_end|>", add_special_tokens=False)
+        return [Completion(ids, [-1.0] * len(ids), 0) for _ in requests]
+
+
+@needs_bwrap
+def test_training_prompt_ids_are_the_rollout_prompt_ids_turn_by_turn(tiny_base: dict[str, Path]) -> None:
+    _, tok = load(tiny_base["base"])
+    tok.chat_template = QWEN_STYLE
+    # Room for the schemas, which the tiny BPE spends ~1500 tokens on: a fresh tiny Qwen2 with 4k positions.
+    arch = compose(SMOKE).model.arch.model_copy(update={"max_position_embeddings": 4096})
+    model = build_from_arch(arch, tok.pad_token_id, seed=0)
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    task = load_heldout(tiny_base["data"], ["lookup"], 1)[0]
+    budgets = Budgets(max_turns=3, max_turn_tokens=8, max_tokens=24)
+    rollouts = LocalRollouts(CallsFirst(HFEngine(model, tok, 1.0), tok), renderer, tiny_base["data"], 2, budgets,
+                             False, BASE_UID)  # fmt: skip
+    rollouts.submit(task, seed=3)
+    (group,) = rollouts.ready(1)
+    checked = 0
+    for rollout in group:
+        traj = rollout.trajectory
+        starts = [i for i, m in enumerate(traj.messages) if m["role"] == "assistant"]
+        samples = turn_samples(traj, advantage=1.0)
+        assert len(samples) == len(traj.turns) == len(starts) > 1
+        for sample, turn, at in zip(samples, traj.turns, starts, strict=True):
+            expected = tok.apply_chat_template(traj.messages[:at], tools=traj.tools, add_generation_prompt=True,
+                                               tokenize=True, return_dict=False)  # fmt: skip
+            assert sample.prompt == list(expected)
+            assert sample.completion == turn.token_ids and sample.behaviour == turn.logprobs
+            checked += 1
+        # The tools really were in the prompt: every schema, as JSON, in the system turn.
+        text = tok.decode(samples[0].prompt)
+        assert all(f'"name": "{t["function"]["name"]}"' in text for t in traj.tools) and "<tools>" in text
+    assert checked >= 4
