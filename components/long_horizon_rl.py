@@ -1,7 +1,12 @@
 """Stage 4, long-horizon RL with self-summarization.
 
-Until its own issue lands, it runs the RL stage's loop under its own config (a further, smaller
-policy-gradient phase); the summarization trigger and the long-horizon suite plug in here.
+The RL stage's own loop, on the long-horizon suite, under a context policy: when an episode's context
+reaches `summary_trigger` tokens the policy writes a summary (capped at `summary_max_tokens`) and goes
+on from it (harnessrl/harness/context.py). Every segment's turns, the summaries among them, are
+trained with the trajectory's one advantage, so the final outcome is what teaches a summary what to
+keep; episodes that run out of a budget get no gradient with `overlong_mask` (harnessrl/rl/loop.py).
+The checkpoint's harness.json records the context policy, which `harnessrl agent` and the eval's
+long-horizon comparison run it under.
 """
 
 from kfp.dsl import Input, Model, Output

@@ -82,7 +82,17 @@ def test_agent_cli_bad_input_is_exit_2(tmp_path: Path, capsys) -> None:
 @needs_bwrap
 def test_agent_flags_set_the_context_policy(tiny_base: dict, tmp_path: Path, capsys) -> None:
     repo = make_repo(tmp_path / "repo")
-    base = ["agent", "--model", str(tiny_base["base"]), "--repo", str(repo), "--max-turns", "1", "--max-new-tokens", "4"]
+    base = [
+        "agent",
+        "--model",
+        str(tiny_base["base"]),
+        "--repo",
+        str(repo),
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "4",
+    ]
     assert main([*base, "--context", "summarize", "what does add do?"]) == 0
     captured = capsys.readouterr()
     assert "no harness.json; the agent gets every tool" in captured.err  # the base model was trained in none

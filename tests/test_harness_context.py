@@ -144,3 +144,23 @@ def test_context_configs_that_cannot_work_are_refused():
         ContextConfig(policy="summarize", budget=100)
     with pytest.raises(ValidationError, match="summary turn must fit"):
         ContextConfig(policy="summarize", budget=100, trigger=90, summary_max_tokens=20)
+
+
+def chars(messages, tools) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def test_a_context_far_past_the_trigger_drops_old_turns_to_make_room_for_the_summary(ctx):
+    (ctx.workspace / "big.py").write_text("Y = 2\n" * 40)  # a long tool result
+    policy = Script([render_calls([("list_dir", {})]), render_calls([("read_file", {"path": "big.py"})]), "2"],
+                    summaries=["Y = 2"])  # fmt: skip
+    context = ContextConfig(policy="summarize", budget=720, trigger=200, summary_max_tokens=40)
+    traj = run_episode(policy, "what is Y?", TOOLS, ctx, system_prompt="s", count_tokens=chars,
+                       budgets=Budgets(context=context))  # fmt: skip
+    truncation, summary = traj.compactions
+    assert truncation.kind == "truncate" and truncation.dropped_turns == 1  # the list_dir turn made room
+    assert summary.kind == "summarize" and summary.summary_turn == 2
+    asked, cap = policy.calls[2]
+    assert [m["role"] for m in asked] == ["system", "user", "assistant", "tool", "user"] and cap == 40
+    assert chars(asked, []) + cap <= 720
+    assert traj.outcome.stop_reason == "final" and traj.outcome.final_answer == "2"

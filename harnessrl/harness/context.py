@@ -8,7 +8,9 @@ Three policies, chosen per episode:
 - `summarize` (Cursor's self-summarization): when the rendered context reaches `trigger` tokens, the
   harness asks the policy for a summary in a turn of its own, capped at `summary_max_tokens`. The
   episode then goes on from [system, task, summary + task state]: a new segment. This can happen up
-  to `max_summaries` times; the next trigger after that ends the episode (`max_summaries`).
+  to `max_summaries` times; the next trigger after that ends the episode (`max_summaries`). Where a
+  long tool result has carried the context so far past the trigger that a whole summary would not
+  fit, the oldest turns are dropped first (recorded as a truncation), rather than lose the episode.
 
 The harness counts context in the policy's own tokens, with the counter the caller gives it (a
 model's tokenizer and chat template); without one it estimates four characters per token.
@@ -25,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TokenCounter = Callable[[list[dict[str, Any]], list[dict[str, Any]]], int]
 
 # Short on purpose: a tiny model reads these in every compacted episode.
-SUMMARIZE_REQUEST = "Context full. Summarize what you need to finish the task; no tool calls."
+SUMMARIZE_REQUEST = "Context full: summarize what you still need."
 
 
 class ContextConfig(BaseModel):

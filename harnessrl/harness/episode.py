@@ -300,6 +300,7 @@ def run_episode(
     segment = 0
     last_ids: list[int] = []  # the previous turn's prompt and completion, for the prompt delta
     final_answer: str | None = None
+    request = {"role": "user", "content": SUMMARIZE_REQUEST}
 
     def add(*messages: dict[str, Any]) -> None:
         context.extend(messages)
@@ -337,10 +338,18 @@ def run_episode(
                 if counts.summaries >= managed.max_summaries:
                     stop = "max_summaries"
                     break
-                asked = [*context, {"role": "user", "content": SUMMARIZE_REQUEST}]
+                # A long tool result can carry the context far past the trigger: drop the oldest turns
+                # until the request and a whole summary fit, rather than lose the episode.
+                fits = lambda m: count([*m, request], rendered_tools) + managed.summary_max_tokens <= managed.budget
+                dropped = truncate_turns(context, len(opening), fits)
+                if dropped:
+                    compactions.append(Compaction(kind="truncate", before_turn=len(turns), message=len(transcript),
+                                                  tokens_before=used, tokens_after=count(context, rendered_tools),
+                                                  dropped_turns=dropped))  # fmt: skip
+                asked = [*context, request]
                 cap = min(managed.summary_max_tokens, budgets.max_tokens - counts.tokens,
                           managed.budget - count(asked, rendered_tools))  # type: ignore[operator]  # fmt: skip
-                if cap <= 0:  # a tool result overfilled the context: no room left even for a summary
+                if cap <= 0:  # even the latest turn alone leaves no room for a summary
                     stop = "context_budget"
                     break
                 record = sample(asked, cap, "summary")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harnessrl.harness.episode import Budgets
 
 HARNESS_FILE = "harness.json"
-SYSTEM_PROMPT = "You are a coding agent working in a repository. Use the tools, then answer briefly."
+SYSTEM_PROMPT = "You are a coding agent."
 # For models trained in no particular harness: every tool, and a prompt that says how calls run.
 PRODUCTION_PROMPT = (
     "You are a coding agent working in a repository. Use the tools to inspect and change it, run the "
@@ -25,7 +25,8 @@ PRODUCTION_PROMPT = (
 
 def system_prompt(tools: list[str]) -> str:
     """The training harness's system prompt. Short on purpose: a tiny model reads it in every
-    conversation. It names the tools; real models also get their schemas through their chat template."""
+    conversation, and each word of prose costs it two tokens. It names the tools; real models also
+    get their schemas through their chat template."""
     return f"{SYSTEM_PROMPT} Tools: {', '.join(tools)}."
 
 

@@ -24,11 +24,11 @@ from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "long_horizon"
 TOOLS = lookup.TOOLS
-FACTS = (6, 8)  # constants per task, inclusive
+FACTS = (5, 5)  # constants per task, inclusive
 
 
 def question(names: list[str]) -> str:
-    return f"What are the values of {', '.join(names[:-1])} and {names[-1]}? Answer with the values in order."
+    return f"What are the values of {', '.join(names[:-1])} and {names[-1]}?"  # answered in this order
 
 
 def repo_tasks(
