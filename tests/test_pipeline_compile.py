@@ -48,7 +48,9 @@ def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
 
 
 def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path) -> None:
-    spec, _ = compile_ir(tmp_path, "stages.cpt.enabled=false", "stages.long_horizon.enabled=false")
+    spec, _ = compile_ir(
+        tmp_path, "stages.cpt.enabled=false", "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0"
+    )
     assert edges(spec) == {"base": [], "sft": ["base"], "rl": ["sft"], "evaluate": ["rl"]}
 
 

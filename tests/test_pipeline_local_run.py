@@ -114,6 +114,7 @@ def test_disabled_stages_are_skipped_and_bridged(smoke_run: Path, smoke_env: dic
             *SMOKE,
             "stages.rl.enabled=false",
             "stages.long_horizon.enabled=false",
+            "stages.eval.long_horizon_tasks=0",
             f"data.dir={smoke_env['data']}",
             "--output-dir",
             str(out),

@@ -41,10 +41,11 @@ def served(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = os.environ | CPU_ENV | {"TMPDIR": str(log.parent)}  # vLLM leaves sockets in the temp dir
+    # On CPU: eager (no CUDA graphs; with TORCHDYNAMO_DISABLE, which CPU_ENV sets, nothing may compile).
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ckpt),
             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", "1024",
-            "--dtype", "float32", "--gpu-memory-utilization", "0.15"]  # fmt: skip
+            "--dtype", "float32", "--gpu-memory-utilization", "0.15", "--enforce-eager"]  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
