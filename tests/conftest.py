@@ -73,12 +73,22 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default recipe, whole, as `harnessrl run` runs it (about 13 minutes on 2 cores): run once
+def default_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default recipe's data folder, built once per session (about a minute: every SFT
+    conversation is an expert episode in the sandbox). Tests only read it."""
+    from harnessrl.config import compose
+    from harnessrl.data.build import build
+
+    return build(compose([]).data, tmp_path_factory.mktemp("default-data") / "data")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, default_data: Path) -> Path:
+    """The default recipe, whole, as `harnessrl run` runs it (about 11 minutes on 2 cores): run once
     per session and shared by the slow tests that need trained checkpoints."""
     root = tmp_path_factory.mktemp("tiny")
     run_dir = root / "run"
-    rc = run_cli("run", f"data.dir={root / 'data'}", "--output-dir", str(run_dir), "--pipeline-root", str(root / "kfp"))
+    rc = run_cli("run", f"data.dir={default_data}", "--output-dir", str(run_dir), "--pipeline-root", str(root / "kfp"))
     assert rc == 0
     return run_dir
 

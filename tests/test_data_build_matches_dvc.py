@@ -6,16 +6,14 @@ from pathlib import Path
 
 import yaml
 
-from harnessrl.config import compose
-from harnessrl.data.build import build
 from harnessrl.data.md5 import dvc_dir_md5
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_built_data_md5_equals_data_dvc(tmp_path: Path) -> None:
+def test_built_data_md5_equals_data_dvc(default_data: Path) -> None:
     recorded = yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]
-    out = build(compose([]).data, tmp_path / "data")
+    out = default_data  # built by `harnessrl.data.build.build` from the default config (conftest)
     assert recorded["path"] == "data"
     assert dvc_dir_md5(out) == recorded["md5"], "data build changed: rebuild and `harnessrl data push` to bump data.dvc"
     assert sum(1 for p in out.rglob("*") if p.is_file()) == recorded["nfiles"]

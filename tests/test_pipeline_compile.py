@@ -13,9 +13,10 @@ from harnessrl.config import compose
 from tests.conftest import SMALL_DATA
 
 
-def compile_ir(tmp_path: Path, *overrides: str) -> tuple[dict, dict]:
+def compile_ir(tmp_path: Path, *overrides: str, data: Path | None = None) -> tuple[dict, dict]:
+    """Compile with `overrides`; `data` is a folder already built from the same data config."""
     out = tmp_path / "pipeline.yaml"
-    assert main(["compile", *overrides, f"data.dir={tmp_path / 'data'}", "-o", str(out)]) == 0
+    assert main(["compile", *overrides, f"data.dir={data or tmp_path / 'data'}", "-o", str(out)]) == 0
     docs = list(yaml.safe_load_all(out.read_text()))
     return docs[0], docs[1] if len(docs) > 1 else {}  # the platform spec is there only when asked for
 
@@ -25,8 +26,8 @@ def edges(spec: dict) -> dict[str, list[str]]:
     return {name: t.get("dependentTasks", []) for name, t in tasks.items()}
 
 
-def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
-    spec, _ = compile_ir(tmp_path, "recipe=tiny")
+def test_dag_edges_follow_the_chain(tmp_path: Path, default_data: Path) -> None:
+    spec, _ = compile_ir(tmp_path, "recipe=tiny", data=default_data)
     assert edges(spec) == {
         "base": [],
         "cpt": ["base"],
@@ -47,10 +48,9 @@ def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
     assert len(params["code_hash"]["runtimeValue"]["constant"]) == 64
 
 
-def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path) -> None:
-    spec, _ = compile_ir(
-        tmp_path, "stages.cpt.enabled=false", "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0"
-    )
+def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path, default_data: Path) -> None:
+    off = ["stages.cpt.enabled=false", "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0"]
+    spec, _ = compile_ir(tmp_path, *off, data=default_data)
     assert edges(spec) == {"base": [], "sft": ["base"], "rl": ["sft"], "evaluate": ["rl"]}
 
 
@@ -80,8 +80,8 @@ def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> 
     assert "pip install" not in " ".join(container["command"])
 
 
-def test_local_infra_compiles_no_scheduling(tmp_path: Path) -> None:
-    _, platform = compile_ir(tmp_path, "recipe=tiny")
+def test_local_infra_compiles_no_scheduling(tmp_path: Path, default_data: Path) -> None:
+    _, platform = compile_ir(tmp_path, "recipe=tiny", data=default_data)
     executors = platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
     assert executors == {}
 
