@@ -190,6 +190,12 @@ class RLConfig(Strict):
     minibatches: int = Field(1, gt=0, description="optimizer steps per RL step, over a split of its samples")
     kl_coef: float = Field(0.0, ge=0, description="weight of a k3 KL penalty to the frozen parent checkpoint")
     max_staleness: int = Field(1, ge=0, description="max policy versions between rollout and update")
+    refill_groups: int = Field(
+        0,
+        ge=0,
+        description="dynamic sampling (DAPO): while fewer than prompts_per_step groups differ in reward, "
+        "draw up to this many more groups per step; 0: off",
+    )
     mode: Literal["async", "sync"] = "sync"
     rollout_workers: int = Field(1, gt=0)
     env_workers: int = Field(1, gt=0)

@@ -145,3 +145,22 @@ def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None
     assert plain.masked == 0 and plain.advantages[2] < 0
     assert masked.masked == 1 and masked.advantages[2] == 0.0
     assert masked.advantages[[0, 1, 3]].tolist() == plain.advantages[[0, 1, 3]].tolist()  # the baseline kept it
+
+
+def test_completion_entropy_is_the_sampling_distributions_own() -> None:
+    """The logged entropy is that of the distribution the tokens were drawn from (with its temperature),
+    summed over each completion's positions."""
+    arch = ArchConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    model = build_from_arch(arch, pad_token_id=1, seed=0).eval()
+    samples = [Sample([5, 6, 7], [8, 9], [0.0, 0.0], 1.0), Sample([20], [21, 22, 23], [0.0] * 3, 0.5)]
+    entropy: list[float] = []
+    with torch.no_grad():
+        completion_logprobs(model, samples, pad_id=1, temperature=0.7, entropy=entropy)
+        want = 0.0
+        for s in samples:
+            logits = model(input_ids=torch.tensor([s.prompt + s.completion])).logits[0].float() / 0.7
+            logp = torch.log_softmax(logits[len(s.prompt) - 1 : len(s.prompt) - 1 + len(s.completion)], dim=-1)
+            want += float(-(logp.exp() * logp).sum())
+    assert len(entropy) == 2 and sum(entropy) == pytest.approx(want, rel=1e-5)
+    assert 0 < sum(entropy) / 5 < math.log(300)  # per token, below the uniform distribution's

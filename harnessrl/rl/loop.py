@@ -3,7 +3,8 @@
 `train_rl` reads in step order, as torchforge's GRPO app does:
 
     collect  groups of sandboxed episodes from the rollout source (harnessrl/rl/rollouts.py),
-             dropping any older than `max_staleness` policy versions
+             dropping any older than `max_staleness` policy versions; with `refill_groups`, more
+             groups while too few differ in reward (DAPO's dynamic sampling)
     score    the shaped reward of every trajectory, then group-relative advantages
     update   `minibatches` clipped, importance-corrected policy-gradient steps on exactly the token
              ids the policy generated, against exactly the prompt ids it saw (objective.py)
@@ -67,23 +68,55 @@ class Collector:
         self.target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
         self.in_flight = 0
 
-    def collect(self, step: int) -> tuple[list[list[Rollout]], int]:
-        """`prompts_per_step` groups fresh enough for `step`, and how many stale ones were dropped."""
+    def collect(self, step: int, want: int | None = None) -> tuple[list[list[Rollout]], int]:
+        """`want` groups (`prompts_per_step` by default) fresh enough for `step`, and how many stale
+        ones were dropped. Groups already in flight come first, so an async refill uses them."""
+        want = want or self.cfg.prompts_per_step
         groups: list[list[Rollout]] = []
         dropped = 0
-        while len(groups) < self.cfg.prompts_per_step:
+        while len(groups) < want:
             while self.in_flight < self.target:
                 for task in self.rng.sample(self.tasks, min(self.cfg.prompts_per_step, len(self.tasks))):
                     self.rollouts.submit(task, self.seed * 10_007 + self.batches)
                     self.in_flight += 1
                 self.batches += 1
-            for g in self.rollouts.ready(self.cfg.prompts_per_step - len(groups)):
+            for g in self.rollouts.ready(want - len(groups)):
                 self.in_flight -= 1
                 if step - min(r.version for r in g) > self.cfg.max_staleness:
                     dropped += 1
                 else:
                     groups.append(g)
         return groups, dropped
+
+
+def uniform(group: list[Rollout], reward: RewardConfig) -> bool:
+    """Whether every episode of a group got the same reward: its advantages are all zero, so it
+    teaches nothing. At success rate p a group of G is uniform with chance p^G + (1-p)^G."""
+    return len({total(components(r, reward)) for r in group}) == 1
+
+
+def components(r: Rollout, reward: RewardConfig) -> dict[str, float]:
+    """An episode's shaped reward, by component (harnessrl/rewards/shaped.py)."""
+    return reward_components(r.trajectory, reward, int(r.task.user is not None))
+
+
+def collect_informative(
+    collector: Collector, step: int, reward: RewardConfig, cfg: RLConfig
+) -> tuple[list[list[Rollout]], int, int]:
+    """One step's groups, the stale ones dropped, and the extra groups drawn (DAPO's dynamic sampling).
+
+    While fewer than `prompts_per_step` groups differ in reward, up to `refill_groups` more are drawn.
+    Uniform groups stay in the batch: their advantages are zero, so they add no gradient and no
+    normalizer (update() trains only nonzero advantages), and the step's metrics see every episode."""
+    groups, dropped = collector.collect(step)
+    extra = 0
+    while (missing := cfg.prompts_per_step - sum(not uniform(g, reward) for g in groups)) > 0:
+        take = min(missing, cfg.refill_groups - extra)
+        if take <= 0:
+            break
+        more, more_dropped = collector.collect(step, take)
+        groups, dropped, extra = groups + more, dropped + more_dropped, extra + take
+    return groups, dropped, extra
 
 
 @dataclass
@@ -95,6 +128,7 @@ class Scored:
     rewards: torch.Tensor
     advantages: torch.Tensor
     masked: int  # overlong episodes whose gradient was zeroed
+    uniform_share: float  # of the groups, those whose rewards were all equal: no gradient from them
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -105,14 +139,14 @@ def score(groups: list[list[Rollout]], reward: RewardConfig, cfg: RLConfig) -> S
     """Shaped rewards, then advantages within each group. Overlong masking zeroes an advantage after
     the group's baseline is taken, so the episode still counts towards what its group expected."""
     rollouts = [r for g in groups for r in g]
-    comps = [reward_components(r.trajectory, reward, int(r.task.user is not None)) for r in rollouts]
+    comps = [components(r, reward) for r in rollouts]
     rewards = torch.tensor([total(c) for c in comps])
     adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
     overlong = torch.tensor([r.trajectory.outcome.stop_reason in OVERLONG for r in rollouts])
     masked = int(overlong.sum()) if cfg.overlong_mask else 0
     if masked:
         adv = adv.masked_fill(overlong, 0.0)
-    return Scored(rollouts, comps, rewards, adv, masked)
+    return Scored(rollouts, comps, rewards, adv, masked, sum(uniform(g, reward) for g in groups) / len(groups))
 
 
 def trainer_config(cfg: RLConfig, context: int) -> TrainConfig:
@@ -138,6 +172,7 @@ class Update:
     tis_truncated: int = 0
     tis_weight_sum: float = 0.0
     kl_sum: float = 0.0
+    entropy_sum: float = 0.0  # the current policy's token entropy over the trained tokens, nats
 
 
 def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[Sample], cfg: RLConfig, pad: int):
@@ -156,7 +191,8 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
         )
     chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
     for idx in (c for c in chunks if c):
-        current = completion_logprobs(engine, [samples[i] for i in idx], pad, cfg.temperature)
+        entropy: list[float] = []
+        current = completion_logprobs(engine, [samples[i] for i in idx], pad, cfg.temperature, entropy=entropy)
         terms = [
             pg_loss(
                 cur,
@@ -182,6 +218,7 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
         stats.tis_truncated += sum(t.tis_truncated for t in terms)
         stats.tis_weight_sum += sum(t.tis_weight_sum for t in terms)
         stats.kl_sum += sum(t.kl_sum for t in terms)
+        stats.entropy_sum += sum(entropy)
     return stats
 
 
@@ -220,7 +257,7 @@ def train_rl(
     with MetricsWriter(metrics_path) as log:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            groups, dropped = collector.collect(step)
+            groups, dropped, refilled = collect_informative(collector, step, reward, cfg)
             scored = score(groups, reward, cfg)
             t_roll = time.perf_counter() - t0
 
@@ -238,7 +275,8 @@ def train_rl(
             hack, incidents = monitor.update(step + 1, scored.trajectories, scored.components,
                                              [int(r.task.user is not None) for r in scored.rollouts])  # fmt: skip
             now = rollouts.interrupts()
-            last = step_metrics(step, scored, stats, dropped, now - interrupts, t_roll, time.perf_counter() - t0)
+            last = step_metrics(step, scored, stats, dropped, refilled, now - interrupts, t_roll,
+                                time.perf_counter() - t0)  # fmt: skip
             last |= hack
             interrupts = now
             log.write(last)
@@ -260,7 +298,14 @@ def train_rl(
 
 
 def step_metrics(
-    step: int, scored: Scored, stats: Update, dropped: int, interrupted: int, wait_s: float, step_s: float
+    step: int,
+    scored: Scored,
+    stats: Update,
+    dropped: int,
+    refilled: int,
+    interrupted: int,
+    wait_s: float,
+    step_s: float,
 ) -> dict:
     """One metrics.jsonl row: what the step's episodes did and what the update measured."""
     trajs = scored.trajectories
@@ -275,6 +320,8 @@ def step_metrics(
         "policy_version": step + 1,
         "staleness": sum(step - r.version for r in scored.rollouts) / n,
         "dropped_stale_groups": dropped,
+        "uniform_groups": scored.uniform_share,
+        "refill_groups": refilled,  # drawn beyond prompts_per_step by dynamic sampling
         "interrupted_batches": interrupted,  # rollout batches that took new weights mid-turn
         "reward": float(scored.rewards.mean()),
         "success": sum(bool(tr.outcome.success) for tr in trajs) / n,
@@ -292,6 +339,7 @@ def step_metrics(
         "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
         "tis/truncated_frac": stats.tis_truncated / max(1, stats.tokens),
         "kl": stats.kl_sum / max(1, stats.tokens),
+        "entropy": stats.entropy_sum / max(1, stats.tokens),  # per trained token: collapse shows here
         "trained_tokens": stats.tokens,
         "wait_s": wait_s,
         "step_s": step_s,

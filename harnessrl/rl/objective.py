@@ -44,7 +44,12 @@ class Sample:
 
 
 def completion_logprobs(
-    model: nn.Module, samples: list[Sample], pad_id: int, temperature: float = 1.0, token_budget: int = 16384
+    model: nn.Module,
+    samples: list[Sample],
+    pad_id: int,
+    temperature: float = 1.0,
+    token_budget: int = 16384,
+    entropy: list[float] | None = None,
 ) -> list[torch.Tensor]:
     """Per-token logprobs of each sample's completion under `model` (an HF causal LM, or a DeepSpeed
     engine around one), in the samples' order.
@@ -55,7 +60,11 @@ def completion_logprobs(
     only at completion positions: prompts (tool outputs, whole files) are most of the tokens, and
     their vocabulary-wide logits would be most of the memory and time. Logits are divided by the
     sampling temperature, as the engine did, so these are the logprobs of the distribution the tokens
-    were drawn from, and the IS weight against the engine's compares like with like."""
+    were drawn from, and the IS weight against the engine's compares like with like.
+
+    Given a list, `entropy` gets one entry per sample (in the order computed): the token entropy of
+    that same distribution in nats, summed over the completion, detached. The log-softmax is already
+    there, so watching for entropy collapse costs one reduction."""
     hf = getattr(model, "module", model)
     body, head = hf.get_decoder(), hf.get_output_embeddings()
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt) + len(samples[i].completion))
@@ -79,6 +88,8 @@ def completion_logprobs(
             at = hidden[row, len(s.prompt) - 1 : len(s.prompt) - 1 + len(s.completion)]
             logp = torch.log_softmax(head(at).float() / temperature, dim=-1)
             out[i] = logp.gather(1, torch.tensor(s.completion)[:, None]).squeeze(1)
+            if entropy is not None:
+                entropy.append(float(-(logp.exp() * logp).sum()))
     return out  # type: ignore[return-value]
 
 

@@ -1,0 +1,76 @@
+"""DAPO's dynamic sampling: while too few groups of a step differ in reward, more are drawn, up to
+a cap; uniform groups carry no gradient and are counted per step."""
+
+from __future__ import annotations
+
+import random
+
+from harnessrl.config import RewardConfig, compose
+from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory
+from harnessrl.rl.loop import Collector, collect_informative, score
+from harnessrl.rl.rollouts import Rollout
+from harnessrl.tasks.task import Check, Solution, Task
+
+
+def task(i: int) -> Task:
+    return Task(id=f"t{i}", suite="lookup", split="train", repo="r", instruction="q", tools=[],
+                check=Check(kind="answer", answer="1"), solution=Solution(kind="value"))  # fmt: skip
+
+
+TASKS = [task(i) for i in range(4)]
+
+
+class ScriptedSource:
+    """A rollout source whose k-th submitted group succeeds on the episodes `script[k]` says."""
+
+    def __init__(self, script: list[list[bool]]) -> None:
+        self.script, self.queue, self.submitted = script, [], 0
+
+    def submit(self, task: Task, seed: int) -> None:
+        outcomes = self.script[self.submitted % len(self.script)]
+        self.submitted += 1
+        self.queue.append([Rollout(task, trajectory(ok), 0) for ok in outcomes])
+
+    def ready(self, n: int) -> list[list[Rollout]]:
+        out, self.queue = self.queue[:n], self.queue[n:]
+        return out
+
+
+def trajectory(success: bool) -> Trajectory:
+    return Trajectory(task_id="t", messages=[], opening=2, tools=[], turns=[], counts=Counts(turns=2),
+                      outcome=Outcome(stop_reason="final", success=success), budgets=Budgets(), wall_s=0,
+                      started_at=0)  # fmt: skip
+
+
+def cfg(refill: int):
+    overrides = ["recipe=tiny_smoke", "stages.rl.group_size=2", "stages.rl.prompts_per_step=2"]
+    return compose([*overrides, f"stages.rl.refill_groups={refill}"]).stages.rl
+
+
+MIXED, FAILED = [True, False], [False, False]
+
+
+def test_uniform_groups_are_refilled_until_enough_differ() -> None:
+    # Groups come as: failed, mixed | failed, failed, mixed, ...: two informative ones after 5 groups.
+    source = ScriptedSource([FAILED, MIXED, FAILED, FAILED, MIXED, MIXED])
+    c = cfg(refill=4)
+    collector = Collector(source, TASKS, c, random.Random(0), 0, 0)
+    groups, dropped, extra = collect_informative(collector, 0, RewardConfig(), c)
+    assert (len(groups), dropped, extra) == (5, 0, 3)
+    scored = score(groups, RewardConfig(), c)
+    assert scored.uniform_share == 3 / 5
+    assert scored.advantages.view(-1, 2)[[0, 2, 3]].abs().sum() == 0  # uniform: no gradient
+    assert collector.batches > 1  # the draws are counted, so a resumed run draws the same tasks next
+
+
+def test_the_refill_is_capped_and_off_by_default() -> None:
+    source = ScriptedSource([FAILED])
+    capped = cfg(refill=3)
+    groups, _, extra = collect_informative(Collector(source, TASKS, capped, random.Random(0), 0, 0), 0,
+                                           RewardConfig(), capped)  # fmt: skip
+    assert (len(groups), extra) == (5, 3)  # never more than prompts_per_step + refill_groups
+    off = cfg(refill=0)
+    groups, _, extra = collect_informative(Collector(ScriptedSource([FAILED]), TASKS, off, random.Random(0), 0, 0),
+                                           0, RewardConfig(), off)  # fmt: skip
+    assert (len(groups), extra) == (2, 0)
+    assert score(groups, RewardConfig(), off).uniform_share == 1.0
