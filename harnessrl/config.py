@@ -196,6 +196,9 @@ class RLConfig(Strict):
         description="dynamic sampling (DAPO): while fewer than prompts_per_step groups differ in reward, "
         "draw up to this many more groups per step; 0: off",
     )
+    curriculum: Literal["uniform", "pass_rate"] = Field(
+        "uniform", description="how prompts are drawn: uniformly, or weighted by p(1-p) of their running success rate"
+    )
     mode: Literal["async", "sync"] = "sync"
     rollout_workers: int = Field(1, gt=0)
     env_workers: int = Field(1, gt=0)

@@ -1,5 +1,6 @@
-"""DAPO's dynamic sampling: while too few groups of a step differ in reward, more are drawn, up to
-a cap; uniform groups carry no gradient and are counted per step."""
+"""Against uniform groups: DAPO's dynamic sampling (while too few groups of a step differ in reward,
+more are drawn, up to a cap) and a pass-rate curriculum (prompts neither always nor never solved are
+drawn more often)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,17 @@ def test_the_refill_is_capped_and_off_by_default() -> None:
                                            0, RewardConfig(), off)  # fmt: skip
     assert (len(groups), extra) == (2, 0)
     assert score(groups, RewardConfig(), off).uniform_share == 1.0
+
+
+def test_the_pass_rate_curriculum_favours_prompts_in_between() -> None:
+    c = cfg(refill=0).model_copy(update={"curriculum": "pass_rate", "prompts_per_step": 1})
+    collector = Collector(ScriptedSource([MIXED]), TASKS, c, random.Random(0), 0, 0)
+    for t, outcome in zip(TASKS, [MIXED, FAILED, [True, True], MIXED], strict=True):
+        for _ in range(4):  # four groups each: rates near 0.5, 0, 1 and 0.5
+            collector.observe([[Rollout(t, trajectory(ok), 0) for ok in outcome]])
+    assert collector.pass_rates["t1"] < 0.05 < 0.95 < collector.pass_rates["t2"]
+    drawn = [collector.draw()[0].id for _ in range(400)]
+    counts = {t.id: drawn.count(t.id) for t in TASKS}
+    assert min(counts["t0"], counts["t3"]) > 3 * max(counts["t1"], counts["t2"]) > 0  # favoured, never starved
+    uniform = Collector(ScriptedSource([MIXED]), TASKS, cfg(refill=0), random.Random(0), 0, 0)
+    assert uniform.pass_rates == {} and len(uniform.draw()) == 2  # off by default: rng.sample as before

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from components.rl import work
@@ -53,10 +54,12 @@ def test_an_alarm_stops_the_run_when_configured(tiny_base: dict[str, Path], tmp_
     assert not (tmp_path / "rl").exists()  # a failed stage leaves no checkpoint behind
 
 
+@pytest.mark.parametrize("curriculum", ["uniform", "pass_rate"])  # the pass rates are resumable state too
 def test_a_crashed_run_resumes_from_its_last_state_exactly(
-    tiny_base: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_base: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, curriculum: str
 ) -> None:
-    args = ("stages.rl.steps=3", "stages.rl.checkpoint_every=1", "stages.rl.monitors.unsupported_answer_max=null")
+    args = ("stages.rl.steps=3", "stages.rl.checkpoint_every=1", "stages.rl.monitors.unsupported_answer_max=null",
+            f"stages.rl.curriculum={curriculum}")  # fmt: skip
     straight = rl_stage(tiny_base, tmp_path / "straight", *args)
 
     real_run, calls = batched.LockstepBatcher.run, []
@@ -71,6 +74,9 @@ def test_a_crashed_run_resumes_from_its_last_state_exactly(
     with pytest.raises(KeyboardInterrupt):
         rl_stage(tiny_base, tmp_path / "resumed", *args)
     assert (tmp_path / "resumed.state" / "latest").read_text() == "step2"
+    saved = torch.load(tmp_path / "resumed.state" / "step2" / "mp_rank_00_model_states.pt", weights_only=False)
+    rates = saved["extra"]["pass_rates"]
+    assert len(rates) > 0 and all(0 <= p < 0.5 for p in rates.values())  # kept in either mode, and saved
     monkeypatch.setattr(batched.LockstepBatcher, "run", real_run)
     resumed = rl_stage(tiny_base, tmp_path / "resumed", *args)
 

@@ -4,7 +4,8 @@
 
     collect  groups of sandboxed episodes from the rollout source (harnessrl/rl/rollouts.py),
              dropping any older than `max_staleness` policy versions; with `refill_groups`, more
-             groups while too few differ in reward (DAPO's dynamic sampling)
+             groups while too few differ in reward (DAPO's dynamic sampling); with `curriculum:
+             pass_rate`, prompts drawn by their running success rate (POLARIS)
     score    the shaped reward of every trajectory, then group-relative advantages
     update   `minibatches` clipped, importance-corrected policy-gradient steps on exactly the token
              ids the policy generated, against exactly the prompt ids it saw (objective.py)
@@ -62,9 +63,10 @@ class Collector:
     `max_staleness` versions are dropped and counted: the bound is a promise, not a hint."""
 
     def __init__(self, rollouts: RolloutSource, tasks: list[Task], cfg: RLConfig, rng: random.Random, seed: int,
-                 batches: int) -> None:  # fmt: skip
+                 batches: int, pass_rates: dict[str, float] | None = None) -> None:  # fmt: skip
         self.rollouts, self.tasks, self.cfg, self.rng, self.seed = rollouts, tasks, cfg, rng, seed
         self.batches = batches  # task draws so far: part of the resumable state
+        self.pass_rates = dict(pass_rates or {})  # task id -> running success rate: resumable state too
         self.target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
         self.in_flight = 0
 
@@ -76,7 +78,7 @@ class Collector:
         dropped = 0
         while len(groups) < want:
             while self.in_flight < self.target:
-                for task in self.rng.sample(self.tasks, min(self.cfg.prompts_per_step, len(self.tasks))):
+                for task in self.draw():
                     self.rollouts.submit(task, self.seed * 10_007 + self.batches)
                     self.in_flight += 1
                 self.batches += 1
@@ -87,6 +89,31 @@ class Collector:
                 else:
                     groups.append(g)
         return groups, dropped
+
+    def draw(self) -> list[Task]:
+        """One batch of distinct prompts. `pass_rate` weighs each by p(1-p) of its running success
+        rate p (0.5 before it is first seen): prompts always or never solved give uniform groups,
+        which teach nothing, so those in between come up more often."""
+        k = min(self.cfg.prompts_per_step, len(self.tasks))
+        if self.cfg.curriculum == "uniform":
+            return self.rng.sample(self.tasks, k)
+        pool, chosen = list(self.tasks), []
+        for _ in range(k):
+            weights = [learnable(self.pass_rates.get(t.id, 0.5)) for t in pool]
+            chosen.append(pool.pop(self.rng.choices(range(len(pool)), weights)[0]))
+        return chosen
+
+    def observe(self, groups: list[list[Rollout]]) -> None:
+        """Move each prompt's running success rate halfway to its latest group's."""
+        for g in groups:
+            share = sum(bool(r.trajectory.outcome.success) for r in g) / len(g)
+            old = self.pass_rates.get(g[0].task.id, 0.5)
+            self.pass_rates[g[0].task.id] = old + 0.5 * (share - old)
+
+
+def learnable(p: float) -> float:
+    """A prompt's curriculum weight: highest at p = 0.5, never zero, so no prompt is starved."""
+    return p * (1 - p) + 0.01
 
 
 def uniform(group: list[Rollout], reward: RewardConfig) -> bool:
@@ -251,7 +278,7 @@ def train_rl(
             restore(state_dir / name, out / name, start)
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
     rollouts.publish(start, model)
-    collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start))
+    collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start), extra.get("pass_rates"))
     last: dict = read_metrics(metrics_path)[-1] if start else {}
     interrupts = rollouts.interrupts()
     with MetricsWriter(metrics_path) as log:
@@ -259,6 +286,7 @@ def train_rl(
             t0 = time.perf_counter()
             groups, dropped, refilled = collect_informative(collector, step, reward, cfg)
             scored = score(groups, reward, cfg)
+            collector.observe(groups)
             t_roll = time.perf_counter() - t0
 
             model.train()
@@ -293,7 +321,8 @@ def train_rl(
             if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
                 for name in ("metrics.jsonl", "incidents.jsonl"):
                     snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
-                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches})
+                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches,
+                                                         "pass_rates": collector.pass_rates})  # fmt: skip
     return last
 
 
