@@ -10,12 +10,16 @@ one row per seed and the mean and spread:
     turns/solved     assistant turns per solved task, after SFT and after RL
     uniform          mean share of RL groups whose rewards were all equal (no gradient)
     entropy          the policy's token entropy at RL's last step, nats per token
+    sft_more, rft    the honest baselines of bench/baselines.py, on the same held-out tasks, and
+    rl-sft_more ...  RL's lead over each, in points (--no-baselines skips them)
 
-    python bench/seeds.py [--seeds 0 1 2 3 4] [--parallel 2] [--root DIR] [-- OVERRIDE ...]
+    python bench/seeds.py [--seeds 0 1 2 3 4] [--parallel 2] [--root DIR] [--tag T] [-- OVERRIDE ...]
 
 Overrides after `--` go to every run, e.g. `-- stages.rl.refill_groups=8 stages.rl.curriculum=pass_rate`.
-A seed whose run directory already holds a report is read, not run again, so an interrupted sweep
-continues where it stopped. Runs live under --root (outside the checkout by default).
+With `--tag=-ds` the runs go to seedS-ds/ and share each seed's pipeline cache with the untagged
+sweep, so an ablation of RL settings reruns RL and what follows, not SFT.
+A seed whose run directory already holds a report (and baselines.json) is read, not run again, so
+an interrupted sweep continues where it stopped. Runs live under --root (outside the checkout by default).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -32,15 +37,24 @@ from pathlib import Path
 
 from harnessrl.metrics import read_metrics
 
+sys.path.insert(0, str(Path(__file__).parent))
+import baselines  # bench/baselines.py, beside this script
 
-def run_seed(seed: int, root: Path, data: Path, overrides: list[str]) -> subprocess.Popen:
-    run_dir = root / f"seed{seed}"
-    argv = [sys.executable, "-m", "harnessrl.cli", "run", f"seed={seed}", f"data.dir={data}", *overrides,
-            "--output-dir", str(run_dir), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
+
+def run_seed(seed: int, root: Path, tag: str, data: Path, overrides: list[str], baselines: bool) -> subprocess.Popen:
+    """One seed's job: the run (unless its report exists), then its baselines (bench/baselines.py)."""
+    # The pipeline root is shared across tags, so a second sweep with other RL overrides reuses each
+    # seed's cached CPT and SFT steps and reruns only what the overrides change.
+    run_dir = root / f"seed{seed}{tag}"
+    run = [sys.executable, "-m", "harnessrl.cli", "run", f"seed={seed}", f"data.dir={data}", *overrides,
+           "--output-dir", str(run_dir), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
+    steps = [] if (run_dir / "report" / "report.json").is_file() else [shlex.join(run)]
+    if baselines:
+        steps.append(shlex.join([sys.executable, str(Path(__file__).with_name("baselines.py")), str(run_dir)]))
     env = os.environ | {"HARNESSRL_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    log = (root / f"seed{seed}.log").open("w")
+    log = (root / f"seed{seed}{tag}.log").open("a")
     print(f"seed {seed}: running (log {log.name})", flush=True)
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(["bash", "-c", " && ".join(steps)], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def episodes_by_stage(report_dir: Path) -> dict[str, list[dict]]:
@@ -73,7 +87,17 @@ def seed_row(run_dir: Path) -> dict:
         "turns/solved rl": turns_solved["rl"],
         "uniform": statistics.mean(r.get("uniform_groups", float("nan")) for r in rl),
         "entropy": rl[-1].get("entropy", float("nan")),
-    }
+    } | baseline_columns(run_dir, success["rl"])
+
+
+def baseline_columns(run_dir: Path, rl: float) -> dict:
+    """sft_more and rft (bench/baselines.py), and RL's lead over each in points, where computed."""
+    path = run_dir / baselines.RESULT
+    if not path.is_file():
+        return {}
+    b = json.loads(path.read_text())
+    more, rft = b["sft_more"]["success"], b["rft"]["success"]
+    return {"sft_more": more, "rft": rft, "rl-sft_more": 100 * (rl - more), "rl-rft": 100 * (rl - rft)}
 
 
 def main() -> None:
@@ -81,6 +105,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--parallel", type=int, default=2, help="runs at a time (default: %(default)s)")
     p.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "harnessrl-seeds")
+    p.add_argument("--no-baselines", action="store_true", help="skip sft_more and rft (bench/baselines.py)")
+    p.add_argument("--tag", default="", help="suffix of each run's folder, for a sweep with other overrides")
     p.add_argument("overrides", nargs="*", help="config overrides for every run (after --)")
     args = p.parse_args()
     if args.parallel < 1:
@@ -92,13 +118,22 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "harnessrl.cli", "data", "build", *data_overrides,
                         f"data.dir={data}"], check=True)  # fmt: skip
 
-    todo = [s for s in args.seeds if not (args.root / f"seed{s}" / "report" / "report.json").is_file()]
+    def done(seed: int) -> bool:
+        run_dir = args.root / f"seed{seed}{args.tag}"
+        return (run_dir / "report" / "report.json").is_file() and (
+            args.no_baselines or (run_dir / baselines.RESULT).is_file()
+        )
+
+    def reported(seed: int) -> bool:
+        return (args.root / f"seed{seed}{args.tag}" / "report" / "report.json").is_file()
+
+    todo = [s for s in args.seeds if not done(s)]
     running: dict[int, subprocess.Popen] = {}
     t0 = time.monotonic()
     while todo or running:
         while todo and len(running) < args.parallel:
             seed = todo.pop(0)
-            running[seed] = run_seed(seed, args.root, data, args.overrides)
+            running[seed] = run_seed(seed, args.root, args.tag, data, args.overrides, not args.no_baselines)
         time.sleep(5)
         for seed, proc in list(running.items()):
             if proc.poll() is not None:
@@ -106,11 +141,10 @@ def main() -> None:
                 state = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
                 print(f"seed {seed}: {state} after {time.monotonic() - t0:.0f} s", flush=True)
 
-    rows = {s: seed_row(args.root / f"seed{s}") for s in args.seeds
-            if (args.root / f"seed{s}" / "report" / "report.json").is_file()}  # fmt: skip
+    rows = {s: seed_row(args.root / f"seed{s}{args.tag}") for s in args.seeds if reported(s)}
     if not rows:
         raise SystemExit("no seed finished; see the logs under " + str(args.root))
-    cols = list(next(iter(rows.values())))
+    cols = [c for c in next(iter(rows.values())) if all(c in r for r in rows.values())]
     print("\n| seed | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for s, r in rows.items():
