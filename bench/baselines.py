@@ -93,6 +93,8 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
         uids = range(BASE_UID, BASE_UID + len(todo))
         trajs, _ = run_group(todo, data_dir, episode_budgets(rl), renderer, engine.generate, cfg.seed + b, uids)
         wins += [tr.messages for tr in trajs if tr.outcome.success]
+        if (b + 1) % 10 == 0:
+            print(f"[rft] sampled {start + len(todo):,}/{episodes:,} episodes, {len(wins):,} successful", flush=True)
     return wins, episodes
 
 
