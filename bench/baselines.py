@@ -71,8 +71,10 @@ def finetune(cfg: Config, parent: Path, conversations: list[list[dict]], steps: 
 
 
 def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int) -> tuple[list[list[dict]], int]:
-    """`episodes` episodes of the SFT checkpoint on RL's prompts, drawn as RL draws them (groups of
-    `group_size`, `prompts_per_step` groups a batch); the successful ones' conversations, and how many."""
+    """`episodes` episodes of the SFT checkpoint on RL's prompts, in groups of `group_size` and
+    batches of `prompts_per_step` distinct prompts drawn uniformly (RL's `uniform` curriculum: the
+    SFT policy's pass rates are what RFT samples, so nothing steers the draw); the successful ones'
+    conversations, and how many episodes ran."""
     from components.rl import episode_budgets
     from harnessrl.engines.hf import HFEngine
     from harnessrl.model.checkpoint import load
@@ -99,18 +101,20 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
 
 
 def success(cfg: Config, ckpt: Path, data_dir: Path) -> dict:
-    """Held-out lookup success and malformed-turn share, as the eval stage measures them."""
+    """Held-out lookup success (with its Wilson interval) and malformed-turn share, by the eval
+    stage's own metrics (harnessrl/report/metrics.py)."""
     from harnessrl.report.episodes import checkpoint_rows
     from harnessrl.report.heldout import load_heldout
+    from harnessrl.report.metrics import suite_metrics
 
     ev = cfg.stages.eval
     tasks = load_heldout(data_dir, ["lookup"], ev.num_tasks)
-    rows = checkpoint_rows(ckpt, tasks, data_dir, ev, cfg.model.dtype, cfg.engine)
-    turns = sum(r["turns"] for r in rows)
+    m = suite_metrics(checkpoint_rows(ckpt, tasks, data_dir, ev, cfg.model.dtype, cfg.engine), False)
     return {
-        "success": sum(r["success"] for r in rows) / len(rows),
-        "malformed": sum(r["malformed_turns"] for r in rows) / max(1, turns),
-        "episodes": len(rows),
+        "success": m["success"]["value"],
+        "success_ci": [m["success"]["lo"], m["success"]["hi"]],
+        "malformed": m["malformed"]["value"],
+        "episodes": m["episodes"],
     }
 
 

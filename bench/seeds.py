@@ -41,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import baselines  # bench/baselines.py, beside this script
 
 
-def run_seed(seed: int, root: Path, tag: str, data: Path, overrides: list[str], baselines: bool) -> subprocess.Popen:
+def run_seed(
+    seed: int, root: Path, tag: str, data: Path, overrides: list[str], with_baselines: bool
+) -> subprocess.Popen:
     """One seed's job: the run (unless its report exists), then its baselines (bench/baselines.py)."""
     # The pipeline root is shared across tags, so a second sweep with other RL overrides reuses each
     # seed's cached CPT and SFT steps and reruns only what the overrides change.
@@ -49,7 +51,7 @@ def run_seed(seed: int, root: Path, tag: str, data: Path, overrides: list[str], 
     run = [sys.executable, "-m", "harnessrl.cli", "run", f"seed={seed}", f"data.dir={data}", *overrides,
            "--output-dir", str(run_dir), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
     steps = [] if (run_dir / "report" / "report.json").is_file() else [shlex.join(run)]
-    if baselines:
+    if with_baselines:
         steps.append(shlex.join([sys.executable, str(Path(__file__).with_name("baselines.py")), str(run_dir)]))
     env = os.environ | {"HARNESSRL_THREADS": "1", "OMP_NUM_THREADS": "1"}
     log = (root / f"seed{seed}{tag}.log").open("a")
