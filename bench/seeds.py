@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import statistics
@@ -77,19 +78,22 @@ def seed_row(run_dir: Path) -> dict:
     for stage in ("sft", "rl"):
         solved = [e for e in episodes.get(stage, []) if e.get("suite", "lookup") == "lookup" and e["success"]]
         turns_solved[stage] = statistics.mean(e["turns"] for e in solved) if solved else float("nan")
-    rl = read_metrics(run_dir / "checkpoints" / "rl" / "metrics.jsonl")
+    # A sweep with RL switched off (an SFT ablation) has no rl row: its RL columns are blank (nan).
+    nan = float("nan")
+    metrics = run_dir / "checkpoints" / "rl" / "metrics.jsonl"
+    rl = read_metrics(metrics) if metrics.is_file() else [{}]
     last = [r["stage"] for r in report["results"]][-1]
     return {
         "sft": success["sft"],
-        "rl": success["rl"],
+        "rl": success.get("rl", nan),
         "final": success[last],
-        "gain": 100 * (success["rl"] - success["sft"]),
-        "malformed": malformed["rl"],
+        "gain": 100 * (success.get("rl", nan) - success["sft"]),
+        "malformed": malformed.get("rl", nan),
         "turns/solved sft": turns_solved["sft"],
         "turns/solved rl": turns_solved["rl"],
-        "uniform": statistics.mean(r.get("uniform_groups", float("nan")) for r in rl),
-        "entropy": rl[-1].get("entropy", float("nan")),
-    } | baseline_columns(run_dir, success["rl"])
+        "uniform": statistics.mean(r.get("uniform_groups", nan) for r in rl),
+        "entropy": rl[-1].get("entropy", nan),
+    } | baseline_columns(run_dir, success.get("rl", nan))
 
 
 def baseline_columns(run_dir: Path, rl: float) -> dict:
@@ -146,7 +150,9 @@ def main() -> None:
     rows = {s: seed_row(args.root / f"seed{s}{args.tag}") for s in args.seeds if reported(s)}
     if not rows:
         raise SystemExit("no seed finished; see the logs under " + str(args.root))
-    cols = [c for c in next(iter(rows.values())) if all(c in r for r in rows.values())]
+    # Columns every seed has, less those no seed measured (the RL columns of an SFT-only sweep).
+    cols = [c for c in next(iter(rows.values()))
+            if all(c in r for r in rows.values()) and not all(math.isnan(r[c]) for r in rows.values())]  # fmt: skip
     print("\n| seed | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for s, r in rows.items():
