@@ -28,9 +28,12 @@ class Strict(BaseModel):
 
 
 class ArchConfig(Strict):
-    """A model built from scratch (random init) from these dimensions."""
+    """A Llama-architecture model built from scratch (random init) from these dimensions.
 
-    family: Literal["qwen2", "llama"] = "qwen2"
+    Not Qwen2: transformers (and so vLLM) load every `qwen2` checkpoint with Qwen2Tokenizer, which
+    replaces the trained tokenizer's pre-tokenizer with Qwen's own. Train and serve would split text
+    differently. A Llama checkpoint's tokenizer loads exactly as tokenizer.json has it."""
+
     vocab_size: int = Field(ge=300, description="BPE vocab incl. 256 bytes and special tokens")
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harnessrl.model.checkpoint import load
 from harnessrl.model.tokenizer import IM_END, render_ids, segments
 
@@ -67,3 +69,46 @@ def test_special_tokens_are_single_ids(tiny_base: dict) -> None:
     _, tok = load(tiny_base["base"])
     for t in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"):
         assert len(tok.encode(t, add_special_tokens=False)) == 1
+
+
+def test_what_a_lookup_copies_is_matched_by_one_token(tiny_base: dict) -> None:
+    """A two-layer model copies by matching the one token before the one to copy. So the pieces BPE
+    may not merge across put a name's second word after its own first word (`CACHE_` `TOKEN`, never a
+    `_` that every name shares), and a value after the one `= ` of its line, not after a space that
+    every line has (see train_bpe). BPE then splits within pieces only."""
+    _, tok = load(tiny_base["base"])
+
+    def pieces(text: str) -> list[str]:
+        return [text[a:b] for _, (a, b) in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+
+    assert pieces("the value of CACHE_TOKEN?") == ["the", " ", "value", " ", "of", " ", "CACHE_", "TOKEN", "?"]
+    assert pieces('{"pattern": "^CACHE_TOKEN ="}') == ['{"', "pattern", '": ', '"^', "CACHE_", "TOKEN", " ", '="}']
+    assert pieces("a/b_c.py:13:CACHE_TOKEN = 17") == [
+        "a", "/", "b_", "c", ".", "py", ":", "1", "3", ":", "CACHE_", "TOKEN", " ", "= ", "1", "7"
+    ]  # fmt: skip
+
+
+def test_every_loader_splits_text_as_the_tokenizer_was_trained(tiny_base: dict) -> None:
+    """Our load(), vLLM's tokenizer loader (what `vllm serve` uses) and a plain `tokenizers` reader of
+    tokenizer.json give the same ids. A qwen2 checkpoint would not: transformers swaps in Qwen's
+    pre-tokenizer for that model type, which is why the tiny model is a Llama."""
+    from tokenizers import Tokenizer
+    from vllm.tokenizers import get_tokenizer
+
+    text = CONVERSATION[3]["content"] + " the value of CACHE_TOKEN is 874"
+    _, tok = load(tiny_base["base"])
+    trained = Tokenizer.from_file(str(tiny_base["base"] / "tokenizer.json")).encode(text).ids
+    served = get_tokenizer(str(tiny_base["base"])).encode(text, add_special_tokens=False)
+    assert tok.encode(text, add_special_tokens=False) == trained == served
+
+
+def test_a_qwen2_checkpoint_with_a_trained_tokenizer_warns(tiny_base: dict, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    _, tok = load(tiny_base["base"])
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=32)  # fmt: skip
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="does not use tokenizer.json's pre_tokenizer"):
+        load(tmp_path)

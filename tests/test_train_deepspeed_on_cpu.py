@@ -18,7 +18,7 @@ from tests.conftest import SMOKE
 
 # fp32, ZeRO-0, seed 0, the smoke recipe's base model and corpus: DeepSpeed's fp32 losses equal a
 # plain torch loop's, so these also pin the model, the tokenizer and the data build.
-GOLDEN_CPT_LOSSES = [6.8442, 6.3755, 6.0448]  # warmup_steps 5 (conf/stages/cpt); the smoke data's BPE
+GOLDEN_CPT_LOSSES = [6.9765, 6.6638, 6.4122]  # warmup_steps 5 (conf/stages/cpt); the smoke data's BPE
 
 
 def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:
@@ -36,7 +36,7 @@ def test_golden_cpt_losses_single_process(tiny_base: dict, tmp_path: Path) -> No
     assert [round(m["loss"], 4) for m in got] == GOLDEN_CPT_LOSSES
     assert all(m["grad_norm"] > 0 and m["tokens_per_s"] > 0 and m["lr"] > 0 for m in got)
     model, _ = load(tmp_path / "cpt")  # exported HF safetensors load as they are
-    assert sum(p.numel() for p in model.parameters()) == 460160
+    assert sum(p.numel() for p in model.parameters()) == 459392
 
 
 def corpus_tokens(tiny_base: dict) -> list[int]:

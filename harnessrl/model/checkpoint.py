@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedModel, Qwen2Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedModel
 
 from harnessrl.config import ArchConfig
 from harnessrl.model.tokenizer import PAD, stop_ids
@@ -16,9 +18,8 @@ class CheckpointError(ValueError):
 
 
 def build_from_arch(arch: ArchConfig, pad_token_id: int, seed: int) -> PreTrainedModel:
-    """A randomly initialised Qwen2 or Llama causal LM of the given dimensions."""
-    config_cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch.family]
-    config = config_cls(
+    """A randomly initialised Llama causal LM of the given dimensions (ArchConfig says why not Qwen2)."""
+    config = LlamaConfig(
         vocab_size=arch.vocab_size,
         hidden_size=arch.hidden_size,
         num_hidden_layers=arch.num_layers,
@@ -48,7 +49,25 @@ def load(path: Path | str, dtype: str = "float32") -> tuple[PreTrainedModel, obj
         raise CheckpointError(f"{path}: cannot load checkpoint: {e}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or PAD
+    _warn_if_pre_tokenizer_replaced(path, tok)
     return model, tok
+
+
+def _warn_if_pre_tokenizer_replaced(path: Path, tok) -> None:
+    """transformers loads some model types with a tokenizer class that rebuilds the pre-tokenizer
+    (qwen2 gets Qwen's regex) whatever tokenizer.json says, so the same text gets other ids than the
+    tokenizer was trained with, and than a plain `tokenizers` reader gives. Say so, once, at load."""
+    spec = path / "tokenizer.json"
+    backend = getattr(tok, "backend_tokenizer", None)
+    if not spec.is_file() or backend is None:
+        return
+    saved = json.loads(spec.read_text()).get("pre_tokenizer")
+    if json.loads(backend.to_str()).get("pre_tokenizer") != saved:
+        warnings.warn(
+            f"{path}: {type(tok).__name__} does not use tokenizer.json's pre_tokenizer, so text is split "
+            "differently from how this tokenizer was trained",
+            stacklevel=3,
+        )
 
 
 def save(model: PreTrainedModel, tok, out: Path, state_dict: dict | None = None) -> None:

@@ -64,13 +64,19 @@ CHAT_TEMPLATE = (
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    # Words, runs of whitespace and runs of punctuation are separate pieces, so an identifier gets
-    # the same ids wherever it stands ("value of MAX_N?" and "^MAX_N =" share MAX_N's ids). GPT-2's
-    # split glues a leading space to the word, which makes copying a name into a tool call a
-    # different-token mapping that a tiny model learns far more slowly.
+    # The pieces BPE may not merge across are chosen so that a tiny model can copy by matching one
+    # token, which is all a two-layer induction head does:
+    # - a word keeps the underscore after it: MAX_N is `MAX_` `N`, so after `MAX_` the next token
+    #   has one match in the question. With `MAX` `_` `N`, `_` matches every name in context, and
+    #   the model copied the second word from the wrong one (SOURCE_BATCH -> SOURCE_GAMMA);
+    # - a punctuation run keeps one space after it, so the value in `NAME = 874` follows the one
+    #   `= ` token. With `=` ` ` apart the model copied the digit after the line number's `:`;
+    # - digits are single tokens, the same in every number;
+    # - no leading space on words (GPT-2's split): `of MAX_N?` and `^MAX_N =` share MAX_N's ids,
+    #   where a leading space would make copying a name a mapping between different tokens.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(r"\w+|\s+|[^\w\s]+"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(r"\d|[^\W\d_]+_?|_|\s+|[^\w\s]+ ?"), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
