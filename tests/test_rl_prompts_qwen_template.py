@@ -2,7 +2,7 @@
 
 The tiny model's template leaves the tool schemas out (its system prompt names the tools), which hid a
 bug: training re-rendered each turn's prompt without the tools, while the rollout rendered them. Here
-a tiny Qwen2 gets a chat template built like Qwen2.5's, which writes every tool's JSON schema into the
+the tiny model gets a chat template built like Qwen2.5's, which writes every tool's JSON schema into the
 system prompt and groups tool responses into one user turn, and an RL rollout's training samples are
 checked token for token against what that template renders, turn by turn. Nothing is downloaded."""
 
@@ -67,7 +67,7 @@ class CallsFirst:
 def test_training_prompt_ids_are_the_rollout_prompt_ids_turn_by_turn(tiny_base: dict[str, Path]) -> None:
     _, tok = load(tiny_base["base"])
     tok.chat_template = QWEN_STYLE
-    # Room for the schemas, which the tiny BPE spends ~1500 tokens on: a fresh tiny Qwen2 with 4k positions.
+    # Room for the schemas, which the tiny BPE spends ~1500 tokens on: a fresh tiny model with 4k positions.
     arch = compose(SMOKE).model.arch.model_copy(update={"max_position_embeddings": 4096})
     model = build_from_arch(arch, tok.pad_token_id, seed=0)
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
