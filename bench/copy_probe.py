@@ -17,16 +17,32 @@ per kind of question (value, function, class), so a seed whose SFT never learnt 
 
 A CHECKPOINT may be a stepN folder of a run's SFT state dir (`--like` gives its architecture), to
 see when in training a skill appears.
+
+With `--suite long_horizon` it does the same for the long-horizon suite's segments, built exactly as
+the SFT data is (the summarizing expert, harnessrl/data/build.py), and decodes every expert turn of
+every segment from its own prompt:
+
+    call                the first search of an episode: copy the question's first name
+    next call           a search after a search: the name after the one just searched
+    call after summary  the first search of a later segment: the first name the summary lacks
+    summary             the summary turn, whole; `facts` gives the share of its NAME = value it keeps
+    answer              the final answer, whole; `values` gives the share right at each position
+
+    python bench/copy_probe.py CHECKPOINT --suite long_horizon [--tasks 64]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
+from harnessrl.config import compose
+from harnessrl.data.build import expert_segments
+from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.model.checkpoint import load
 from harnessrl.model.prompts import PromptRenderer
 from harnessrl.report.heldout import load_heldout
@@ -82,14 +98,66 @@ def probe(
     return {k: {m: sum(v) / len(v) for m, v in ms.items()} | {"n": len(ms["call"])} for k, ms in hits.items()}
 
 
+def turn_kind(segment: list[dict], i: int, seen_call: bool) -> str:
+    """What skill the expert's turn `segment[i]` takes (see the module docstring)."""
+    if segment[i - 1]["content"] == SUMMARIZE_REQUEST:
+        return "summary"
+    if "<tool_call>" not in segment[i]["content"]:
+        return "answer"
+    if seen_call:
+        return "next call"
+    return "call after summary" if segment[2]["content"].startswith("Summary ") else "call"
+
+
+def probe_long_horizon(checkpoint: Path, like: Path | None, segments: list[list[dict]]) -> dict[str, dict]:
+    model, tok = load_any(checkpoint, like)
+    model.eval()
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    hits: dict[str, list[bool]] = defaultdict(list)
+    values: dict[int, list[bool]] = defaultdict(list)
+    facts: list[bool] = []
+    for seg in segments:
+        seen_call = False
+        for i, m in enumerate(seg):
+            if m["role"] != "assistant":
+                continue
+            kind, want = turn_kind(seg, i, seen_call), m["content"].strip()
+            seen_call = seen_call or "call" in kind
+            got = greedy(model, renderer, seg[:i], max_tokens=128).strip()
+            hits[kind].append(got == want)
+            if kind == "summary":  # each `NAME = value` the expert kept: is it in the model's summary?
+                facts += [f in got for f in re.findall(r"[A-Z_]+ = \d+", want)]
+            if kind == "answer":  # the long-horizon answer is values separated by spaces
+                got_values = got.split()
+                for k, v in enumerate(want.split()):
+                    values[k].append(k < len(got_values) and got_values[k] == v)
+    out: dict[str, dict] = {k: {"n": len(v), "exact": sum(v) / len(v)} for k, v in hits.items()}
+    if facts:
+        out["summary"]["facts"] = round(sum(facts) / len(facts), 2)
+    if values:
+        out["answer"]["values"] = [round(sum(v) / len(v), 2) for _, v in sorted(values.items())]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoints", nargs="+", type=Path)
     ap.add_argument("--data", type=Path, default=Path("data"))
-    ap.add_argument("--tasks", type=int, default=128, help="held-out lookup tasks to probe")
+    ap.add_argument("--suite", choices=["lookup", "long_horizon"], default="lookup")
+    ap.add_argument("--tasks", type=int, default=128, help="held-out tasks to probe")
     ap.add_argument("--show", type=int, default=0, help="print this many wrong turns per checkpoint")
     ap.add_argument("--like", type=Path, help="an HF checkpoint whose architecture DeepSpeed states load into")
     args = ap.parse_args()
+    if args.suite == "long_horizon":
+        tasks = load_heldout(args.data, ["long_horizon"], args.tasks)
+        segments = expert_segments(tasks, args.data, compose([]).data.long_horizon)
+        print(f"{len(tasks)} tasks, {len(segments)} segments")
+        for ckpt in args.checkpoints:
+            for kind, m in probe_long_horizon(ckpt, args.like, segments).items():
+                extra = f"  values by position {m['values']}" if "values" in m else ""
+                extra += f"  facts kept {m['facts']}" if "facts" in m else ""
+                print(f"{str(ckpt)[-48:]:<48} {kind:<19} {m['n']:>4} {m['exact']:>6.3f}{extra}", flush=True)
+        return
     tasks = load_heldout(args.data, ["lookup"], args.tasks)
     trajectories = expert_trajectories(tasks, args.data, workers=2)
     conversations = [(t.solution.kind, tr.messages) for t, tr in zip(tasks, trajectories, strict=True)]

@@ -56,7 +56,7 @@ def build(cfg: DataConfig, out: Path) -> Path:
             lh[split] += long_horizon.repo_tasks(lh_rng, repo, rel, split, lh_cfg.tasks_per_repo,
                                                  (lh_cfg.facts_min, lh_cfg.facts_max))  # fmt: skip
         if lh_cfg.num_sft:
-            sft_rows += [{"messages": seg} for seg in _summarizing_expert(_take(lh_rng, lh["train"], lh_cfg.num_sft),
+            sft_rows += [{"messages": seg} for seg in expert_segments(_take(lh_rng, lh["train"], lh_cfg.num_sft),
                                                                           tmp, lh_cfg)]  # fmt: skip
         prompts += _take(lh_rng, lh["train"], lh_cfg.num_prompts) if lh_cfg.num_prompts else []
         heldout += _take(lh_rng, lh["heldout"], lh_cfg.num_heldout) if lh_cfg.num_heldout else []
@@ -114,7 +114,7 @@ def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> 
     return [trajectories[t.id].messages for t in tasks]
 
 
-def _summarizing_expert(tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConfig) -> list[list[dict]]:
+def expert_segments(tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConfig) -> list[list[dict]]:
     """The expert's long-horizon conversations, one per context segment: it summarizes whenever its
     context reaches `cfg.trigger` (estimated tokens), so SFT learns the format of a summary turn and
     how to go on from one. Verbose summaries on a `verbose_share` of tasks, by each task's own coin."""
