@@ -298,6 +298,29 @@ def test_the_sandbox_runs_the_harness_interpreter(env):
 
 
 @needs_bwrap
+def test_a_venv_under_tmp_is_the_sandbox_interpreter(tmp_path: Path) -> None:
+    """The sandbox's /tmp is a private tmpfs; a venv under the host's /tmp must still be visible in
+    it, or `python` there silently runs as the base interpreter (seen with a checkout in /tmp)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        venv = Path(tmp) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        probe = (
+            "from harnessrl.harness.sandbox import Sandbox; "
+            f"r = Sandbox({str(tmp_path)!r}).run(\"python -c 'import sys; print(sys.prefix)'\"); "
+            "print(r.output.strip())"
+        )
+        # The venv's python, importing harnessrl from this interpreter's paths.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == os.path.realpath(venv)
+
+
+@needs_bwrap
 def test_run_tests_summarizes(env):
     ctx, _, _ = env
     out = call(ctx, "run_tests", paths=["tests"])

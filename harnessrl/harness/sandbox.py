@@ -251,6 +251,9 @@ class Sandbox:
         else:
             argv += ["--unshare-all"]
         argv += ["--hostname", "sandbox", *_system_binds()]
+        # The private /tmp comes before the interpreter's binds: mounted after them it would hide a
+        # venv that lives under /tmp, and `python` would then run as the base interpreter.
+        argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         opened: list[str] = []
         for path in [*_python_prefixes(), *self.extra_ro_binds]:
             argv += ["--ro-bind", path, path]
@@ -260,7 +263,6 @@ class Sandbox:
             if not parent.startswith("/usr"):
                 argv += ["--chmod", "0755", parent]
         argv += ["--bind", str(self.workspace), SANDBOX_ROOT]
-        argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", cwd, "--clearenv"]
         for key, value in self._env().items():
             argv += ["--setenv", key, value]
