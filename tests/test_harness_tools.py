@@ -300,7 +300,8 @@ def test_the_sandbox_runs_the_harness_interpreter(env):
 @needs_bwrap
 def test_a_venv_under_tmp_is_the_sandbox_interpreter(tmp_path: Path) -> None:
     """The sandbox's /tmp is a private tmpfs; a venv under the host's /tmp must still be visible in
-    it, or `python` there silently runs as the base interpreter (seen with a checkout in /tmp)."""
+    it, or `python` there silently runs as the base interpreter (seen with a checkout in /tmp), and
+    /tmp must stay writable for the sandbox's uid."""
     import subprocess
     import sys
     import tempfile
@@ -310,7 +311,7 @@ def test_a_venv_under_tmp_is_the_sandbox_interpreter(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         probe = (
             "from harnessrl.harness.sandbox import Sandbox; "
-            f"r = Sandbox({str(tmp_path)!r}).run(\"python -c 'import sys; print(sys.prefix)'\"); "
+            f"r = Sandbox({str(tmp_path)!r}).run(\"mkdir /tmp/check && python -c 'import sys; print(sys.prefix)'\"); "
             "print(r.output.strip())"
         )
         # The venv's python, importing harnessrl from this interpreter's paths.

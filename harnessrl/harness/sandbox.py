@@ -259,8 +259,9 @@ class Sandbox:
             argv += ["--ro-bind", path, path]
             opened += _parents(path)
         # bwrap creates missing parents of a bind 0700 (e.g. /root); the sandbox uid must traverse them.
+        # /tmp itself stays 1777: the sandbox's commands write there.
         for parent in dict.fromkeys(opened):
-            if not parent.startswith("/usr"):
+            if not parent.startswith("/usr") and parent != "/tmp":
                 argv += ["--chmod", "0755", parent]
         argv += ["--bind", str(self.workspace), SANDBOX_ROOT]
         argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", cwd, "--clearenv"]
