@@ -34,13 +34,14 @@ every segment from its own prompt:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-from harnessrl.config import compose
+from harnessrl.config import LongHorizonDataConfig
 from harnessrl.data.build import expert_segments
 from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.model.checkpoint import load
@@ -106,7 +107,8 @@ def turn_kind(segment: list[dict], i: int, seen_call: bool) -> str:
         return "answer"
     if seen_call:
         return "next call"
-    return "call after summary" if segment[2]["content"].startswith("Summary ") else "call"
+    # A later segment opens [system, task, summary + task state]; the first opens with a turn.
+    return "call after summary" if segment[2]["role"] == "user" else "call"
 
 
 def probe_long_horizon(checkpoint: Path, like: Path | None, segments: list[list[dict]]) -> dict[str, dict]:
@@ -150,7 +152,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.suite == "long_horizon":
         tasks = load_heldout(args.data, ["long_horizon"], args.tasks)
-        segments = expert_segments(tasks, args.data, compose([]).data.long_horizon)
+        # The data folder's own long-horizon config (suite.json), so the segments are its SFT data's.
+        built = json.loads((args.data / "suite.json").read_text())["data"]["long_horizon"]
+        segments = expert_segments(tasks, args.data, LongHorizonDataConfig.model_validate(built))
         print(f"{len(tasks)} tasks, {len(segments)} segments")
         for ckpt in args.checkpoints:
             for kind, m in probe_long_horizon(ckpt, args.like, segments).items():
