@@ -25,7 +25,7 @@ every segment from its own prompt:
     call                the first search of an episode: copy the question's first name
     next call           a search after a search: the name after the one just searched
     call after summary  the first search of a later segment: the first name the summary lacks
-    summary             the summary turn, whole; `facts` gives the share of its NAME = value it keeps
+    summary             the summary turn, whole; `facts` gives the share of its values it keeps
     answer              the final answer, whole; `values` gives the share right at each position
 
     python bench/copy_probe.py CHECKPOINT --suite long_horizon [--tasks 64]
@@ -127,8 +127,9 @@ def probe_long_horizon(checkpoint: Path, like: Path | None, segments: list[list[
             seen_call = seen_call or "call" in kind
             got = greedy(model, renderer, seg[:i], max_tokens=128).strip()
             hits[kind].append(got == want)
-            if kind == "summary":  # each `NAME = value` the expert kept: is it in the model's summary?
-                facts += [f in got for f in re.findall(r"[A-Z_]+ = \d+", want)]
+            if kind == "summary":  # each value the expert kept (terse: "201 738"; verbose: `NAME = 201` lines)
+                kept = re.findall(r"= (\d+)", want) or want.split()
+                facts += [v in got.split() or f"= {v}" in got for v in kept]
             if kind == "answer":  # the long-horizon answer is values separated by spaces
                 got_values = got.split()
                 for k, v in enumerate(want.split()):

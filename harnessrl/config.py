@@ -75,15 +75,15 @@ class LongHorizonDataConfig(Strict):
     num_prompts: int = Field(0, ge=0, description="RL prompts")
     num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
     tasks_per_repo: int = Field(4, gt=0)
-    facts_min: int = Field(5, ge=2, description="constants a task asks for, at least")
-    facts_max: int = Field(5, ge=2, description="constants a task asks for, at most")
+    facts_min: int = Field(3, ge=2, description="constants a task asks for, at least")
+    facts_max: int = Field(3, ge=2, description="constants a task asks for, at most")
     verbose_share: float = Field(
         0.7, ge=0, le=1, description="share of the expert's conversations whose summaries restate whole search results"
     )
     trigger: int = Field(
-        130, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
+        95, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
     )
-    max_summaries: int = Field(3, ge=0, description="the expert's harness: summaries per episode")
+    max_summaries: int = Field(2, ge=0, description="the expert's harness: summaries per episode")
     max_turns: int = Field(8, gt=0, description="the expert's harness: turns per episode")
 
     @model_validator(mode="after")

@@ -63,7 +63,7 @@ def test_a_summary_starts_a_new_segment_from_the_task_and_its_state(ctx):
     assert asked[-1] == {"role": "user", "content": SUMMARIZE_REQUEST} and cap == 20  # the summary's own cap
     after, _ = policy.calls[3]
     assert [m["content"] for m in after[:2]] == ["sys", "what is X?"]
-    assert after[2]["role"] == "user" and "Summary 1 of 3:\nX = 1\n" in after[2]["content"] and len(after) == 3
+    assert after[2]["role"] == "user" and "Summary 1:\nX = 1\n" in after[2]["content"] and len(after) == 3
     (c,) = traj.compactions
     assert (c.kind, c.before_turn, c.summary_turn, c.tokens_before, c.tokens_after) == ("summarize", 3, 2, 60, 30)
     first, second = traj.segments()

@@ -99,7 +99,7 @@ def test_tasks_expert_reports_success(capsys, tmp_path):
 def test_expert_reports_whether_the_long_horizon_suite_needs_summaries(tmp_path: Path, capsys) -> None:
     assert main(["tasks", "build", "--suite", "long_horizon", "--num", "4", "-o", str(tmp_path / "lh")]) == 0
     capsys.readouterr()
-    assert main(["tasks", "expert", str(tmp_path / "lh"), "--context-budget", "160", "--summary-trigger", "110"]) == 0
+    assert main(["tasks", "expert", str(tmp_path / "lh"), "--context-budget", "130", "--summary-trigger", "95"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("long_horizon: expert success 0.000 over 4 tasks without context management")
     assert lines[1].startswith("long_horizon: expert success 1.000 over 4 tasks with summaries")

@@ -18,7 +18,7 @@ from tests.conftest import SMOKE
 
 # fp32, ZeRO-0, seed 0, the smoke recipe's base model and corpus: DeepSpeed's fp32 losses equal a
 # plain torch loop's, so these also pin the model, the tokenizer and the data build.
-GOLDEN_CPT_LOSSES = [6.9765, 6.6638, 6.4122]  # warmup_steps 5 (conf/stages/cpt); the smoke data's BPE
+GOLDEN_CPT_LOSSES = [6.9448, 6.6157, 6.3731]  # warmup_steps 5 (conf/stages/cpt); the smoke data's BPE
 
 
 def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:

@@ -60,9 +60,11 @@ def approx_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -
     return sum(len(m.get("content") or "") + 8 for m in messages) // 4
 
 
-def state_message(summary: str, done: int, max_summaries: int, turns_left: int) -> dict[str, str]:
-    """What the policy continues from after its summary: the summary and the task's state."""
-    return {"role": "user", "content": f"Summary {done} of {max_summaries}:\n{summary}\n{turns_left} turns left."}
+def state_message(summary: str, done: int, turns_left: int) -> dict[str, str]:
+    """What the policy continues from after its summary: the summary and the task's state (summaries
+    so far, turns left). It does not name `max_summaries`: the SFT expert's harness may allow more
+    compactions than the stage does, and the policy should see the same words in both."""
+    return {"role": "user", "content": f"Summary {done}:\n{summary}\n{turns_left} turns left."}
 
 
 def truncate_turns(messages: list[dict[str, Any]], keep: int, fits: Callable[[list[dict[str, Any]]], bool]) -> int:

@@ -355,8 +355,7 @@ def run_episode(
                 record = sample(asked, cap, "summary")
                 record.errors = _summary_errors(record.text)
                 counts.malformed_turns += bool(record.errors)  # recorded and penalised, never dropped
-                state = state_message(record.text.strip(), counts.summaries, managed.max_summaries,
-                                      budgets.max_turns - counts.turns)  # fmt: skip
+                state = state_message(record.text.strip(), counts.summaries, budgets.max_turns - counts.turns)
                 transcript.extend([asked[-1], {"role": "assistant", "content": record.text}])
                 context[:] = opening
                 add(state)

@@ -134,10 +134,11 @@ def values(task: Task, notes: list[str]) -> Script:
 
 
 def summary(task: Task, notes: list[str], verbose: bool) -> str:
-    """What the expert keeps when its context is full: every value found so far, copied. A verbose
-    summary restates each search result whole and lists what is left; a terse one keeps `NAME = value`."""
+    """What the expert keeps when its context is full: every value found so far, copied. A terse
+    summary is just those values, in the question's order, which the answer then repeats; a verbose
+    one restates each search result whole and what is left to find, six times the tokens."""
     if not verbose:
-        return "\n".join(note.split(":", 2)[2] for note in notes)
+        return " ".join(note.split(" = ", 1)[1] for note in notes)
     found = {note.split(":", 2)[2].split(" =")[0] for note in notes}
     left = [n for n in task.solution.names or [] if n not in found]
     return "\n".join([*notes, f"Still to find: {', '.join(left)}." if left else "All found."])

@@ -1,16 +1,19 @@
 """The long-horizon suite: look up several constants, one search each, and report all their values.
 
-"What are the values of A, B, C, D and E?" on the lookup suite's repos, with its tools (grep and
-read_file): the same harness, a longer task. Each value takes a search, and the searches and their
-results together need more context than the long-horizon stage's budget holds. So:
+"What are the values of A, B and C?" on the lookup suite's repos, with its tools (grep and read_file):
+the same harness, a longer task. Each value takes a search, and the searches and their results
+together need more context than the long-horizon stage's budget holds. So:
 
 - without context management the episode runs out of context before it can answer;
-- truncation drops the oldest turns, and with them the values found first, which the answer needs;
-- a summary that copies the values found so far carries them across the compaction.
+- truncation drops the oldest turns, and with them the value found first, which the answer needs;
+- a summary that copies the values found so far ("201 738") carries them across the compaction, and
+  the answer repeats it with the last value added.
 
 The answer is copied, never computed: a tiny model trained from scratch can learn it. The expert's
-summaries (tasks/expert.py) are faithful; on some tasks they are verbose, restating whole search
-results and what is left to find, so the policy's summaries before RL are a real baseline.
+summaries (tasks/expert.py) are faithful; on most tasks they are verbose, restating whole search
+results and what is left to find. A verbose summary saves too little room: the stage's context
+fills again before the answer, and the stage allows one summary. So the policy's summaries before RL
+are a real baseline, and RL has something to teach: what to keep.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "long_horizon"
 TOOLS = lookup.TOOLS
-FACTS = (5, 5)  # constants per task, inclusive
+FACTS = (3, 3)  # constants per task, inclusive
 
 
 def question(names: list[str]) -> str:
