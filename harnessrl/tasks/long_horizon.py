@@ -21,13 +21,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from harnessrl.config import LongHorizonDataConfig
 from harnessrl.tasks import lookup
 from harnessrl.tasks.repogen import Repo
 from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "long_horizon"
 TOOLS = lookup.TOOLS
-FACTS = (3, 3)  # constants per task, inclusive
+# Constants per task, inclusive, for `harnessrl tasks build`: the data config's own defaults.
+FACTS = (LongHorizonDataConfig().facts_min, LongHorizonDataConfig().facts_max)
 
 
 def question(names: list[str]) -> str:
