@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from harnessrl.config import Config, TrainConfig
-from harnessrl.data.build import read_jsonl
+from harnessrl.data.build import data_folder, read_jsonl
 from harnessrl.harness.spec import HARNESS_FILE
 from harnessrl.io import write_json
 from harnessrl.metrics import read_metrics
@@ -130,7 +130,7 @@ def baselines(run_dir: Path) -> dict:
     # As the stages do (harnessrl/stage.py): the run's seed, and HARNESSRL_THREADS threads.
     torch.set_num_threads(max(1, int(os.environ.get("HARNESSRL_THREADS", os.cpu_count() or 1))))
     cfg = Config.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    ckpts, data_dir = run_dir / "checkpoints", Path(cfg.data.dir)
+    ckpts, data_dir = run_dir / "checkpoints", data_folder(cfg.data)
     if not (ckpts / "rl" / "metrics.jsonl").is_file():
         raise SystemExit(f"{run_dir}: no finished RL stage (checkpoints/rl/metrics.jsonl)")
     torch.manual_seed(cfg.seed)

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from kfp.dsl import Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import ModelConfig
 from harnessrl.data.build import corpus_files, read_jsonl
@@ -44,9 +44,9 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def base(config: str, data_dir: str, data_md5: str, code_hash: str, checkpoint: Output[Model]) -> float:
+def base(config: str, data: Input[Dataset], data_md5: str, code_hash: str, checkpoint: Output[Model]) -> float:
     """KFP component: build or load the base model."""
     from components.base import work
     from harnessrl.stage import run_stage
 
-    return run_stage("base", work, config, data_dir, data_md5, None, checkpoint.path)
+    return run_stage("base", work, config, data.path, data_md5, None, checkpoint.path)

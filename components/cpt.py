@@ -4,7 +4,7 @@ Packed fixed-length windows of the corpus, ZeRO 0-3, fp32 or bf16, on 1 process 
 `world_size` processes through torchrun (gloo on CPU, nccl on GPU). Exports HF safetensors.
 """
 
-from kfp.dsl import Input, Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import TrainConfig
 from harnessrl.data.build import corpus_files
@@ -43,10 +43,10 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
 
 
 def cpt(
-    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+    config: str, data: Input[Dataset], data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
 ) -> float:
     """KFP component: continued pretraining."""
     from components.cpt import work
     from harnessrl.stage import run_stage
 
-    return run_stage("cpt", work, config, data_dir, data_md5, parent.path, checkpoint.path)
+    return run_stage("cpt", work, config, data.path, data_md5, parent.path, checkpoint.path)

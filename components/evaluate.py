@@ -6,7 +6,7 @@ number lines up with a checkpoint id. Episodes run exactly as in production and 
 gates judge each checkpoint against its parent, and a failed gate fails the stage with one line.
 """
 
-from kfp.dsl import Artifact, Input, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
 from harnessrl.config import EngineConfig, EvalConfig
 from harnessrl.lineage.manifest import chain
@@ -82,10 +82,10 @@ def long_horizon_comparison(lineage, ctx: StageContext, cfg: EvalConfig, engine:
 
 
 def evaluate(
-    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], report: Output[Artifact]
+    config: str, data: Input[Dataset], data_md5: str, code_hash: str, parent: Input[Model], report: Output[Artifact]
 ) -> float:
     """KFP component: evaluate the chain."""
     from components.evaluate import work
     from harnessrl.stage import run_stage
 
-    return run_stage("eval", work, config, data_dir, data_md5, parent.path, report.path)
+    return run_stage("eval", work, config, data.path, data_md5, parent.path, report.path)

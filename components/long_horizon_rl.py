@@ -9,7 +9,7 @@ The checkpoint's harness.json records the context policy, which `harnessrl agent
 long-horizon comparison run it under.
 """
 
-from kfp.dsl import Input, Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 from components import rl
 from harnessrl.config import LongHorizonConfig
@@ -21,10 +21,10 @@ def work(ctx: StageContext) -> dict:
 
 
 def long_horizon(
-    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+    config: str, data: Input[Dataset], data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
 ) -> float:
     """KFP component: long-horizon RL."""
     from components.long_horizon_rl import work
     from harnessrl.stage import run_stage
 
-    return run_stage("long_horizon", work, config, data_dir, data_md5, parent.path, checkpoint.path)
+    return run_stage("long_horizon", work, config, data.path, data_md5, parent.path, checkpoint.path)

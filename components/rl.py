@@ -4,7 +4,7 @@ The long-horizon stage (components/long_horizon_rl.py) is this same stage under 
 harness it builds then manages the context, and the loop trains through the summaries.
 """
 
-from kfp.dsl import Input, Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import EngineConfig, RewardConfig, RLConfig
 from harnessrl.data.build import read_jsonl
@@ -98,10 +98,10 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
 
 
 def rl(
-    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+    config: str, data: Input[Dataset], data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
 ) -> float:
     """KFP component: RL in the harness."""
     from components.rl import work
     from harnessrl.stage import run_stage
 
-    return run_stage("rl", work, config, data_dir, data_md5, parent.path, checkpoint.path)
+    return run_stage("rl", work, config, data.path, data_md5, parent.path, checkpoint.path)

@@ -7,7 +7,7 @@ template produces, and only the assistant's own output carries labels.
 
 import shutil
 
-from kfp.dsl import Input, Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import TrainConfig
 from harnessrl.data.build import read_jsonl
@@ -51,10 +51,10 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
 
 
 def sft(
-    config: str, data_dir: str, data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
+    config: str, data: Input[Dataset], data_md5: str, code_hash: str, parent: Input[Model], checkpoint: Output[Model]
 ) -> float:
     """KFP component: supervised fine-tuning on tool calls."""
     from components.sft import work
     from harnessrl.stage import run_stage
 
-    return run_stage("sft", work, config, data_dir, data_md5, parent.path, checkpoint.path)
+    return run_stage("sft", work, config, data.path, data_md5, parent.path, checkpoint.path)

@@ -34,6 +34,7 @@ to pick a config group option. Examples:
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra overrides, e.g. stages.cpt.steps=10")
+    p.add_argument("--recipe", help="the recipe (conf/recipe/NAME.yaml): the same as the override recipe=NAME")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,15 +67,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="kfp artifacts and cache, shared by runs (default: %(default)s)",
     )
 
-    p = sub.add_parser("compile", help="write the recipe's DAG as KFP v2 IR YAML")
-    _add_overrides(p)
-    p.add_argument("-o", "--output", type=Path, default=Path("pipeline.yaml"), help="default: %(default)s")
-
-    p = sub.add_parser("submit", help="compile and submit the DAG to a Kubeflow Pipelines endpoint")
-    _add_overrides(p)
-    p.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kfp.example.com")
-    p.add_argument("--experiment", help="experiment name (default: harnessrl)")
-    p.add_argument("-o", "--output", type=Path, default=Path("pipeline.yaml"), help="where the IR is written")
+    cluster_note = (
+        "Builds nothing and writes only the IR. The data step pulls the data version that the data "
+        "config's pointer data/<name>-<config hash>.dvc names from store.data_remote; without a pointer "
+        "it builds the data on the cluster and pushes it (`harnessrl data build` and `data push` do it "
+        "from here instead)."
+    )
+    for name, text in (
+        ("compile", "write the recipe's DAG as KFP v2 IR YAML"),
+        ("submit", "compile and submit the DAG to a Kubeflow Pipelines endpoint"),
+    ):
+        p = sub.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}. {cluster_note}")
+        _add_overrides(p)
+        p.add_argument("-o", "--output", type=Path, default=Path("pipeline.yaml"), help="the IR (default: %(default)s)")
+        p.add_argument("--image", help="the tasks' container image, e.g. REPO@sha256:DIGEST (default: infra.image)")
+        if name == "submit":
+            p.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kfp.example.com")
+            p.add_argument("--experiment", help="experiment name (default: harnessrl)")
 
     p = sub.add_parser("config", help="show, validate or describe the composed config")
     csub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -82,11 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
         _add_overrides(csub.add_parser(name, help=text, description=text))
     csub.add_parser("schema", help="print the config's JSON Schema")
 
-    p = sub.add_parser("data", help="build the recipe's DVC-tracked data folder")
+    p = sub.add_parser(
+        "data",
+        help="build, push or pull the recipe's DVC-tracked data folder",
+        description="Each data config has its own folder, data/<name>-<config hash>, and DVC pointer, "
+        "data/<name>-<config hash>.dvc (git tracks the pointer). Recipes never share or overwrite one.",
+    )
     dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
-    pb = dsub.add_parser("build", help="generate data/ deterministically from the recipe's data config")
+    text = "generate the data config's folder deterministically, with progress"
+    pb = dsub.add_parser("build", help=text, description=f"{text[0].upper()}{text[1:]}; e.g. --recipe qwen_coder_7b.")
     _add_overrides(pb)
-    pb.add_argument("-o", "--output", type=Path, help="default: the recipe's data.dir")
+    pb.add_argument("-o", "--output", type=Path, help="default: data.dir/<name>-<config hash>")
 
     # -- tasks and tools: suites of tasks, and the harness's tools run by hand ----------------------
     from harnessrl.tasks.suites import SUITES
@@ -188,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_lineage_and_data_remote(sub: argparse._SubParsersAction, dsub: argparse._SubParsersAction) -> None:
-    for name, text in (("push", "dvc add data/ and push it to the remote"), ("pull", "pull data/ from the remote")):
+    for name, text in (
+        ("push", "dvc add the data config's folder (writing its .dvc pointer) and push it to the remote"),
+        ("pull", "pull the data config's folder from the remote, as its .dvc pointer names it"),
+    ):
         pd = dsub.add_parser(name, help=text, description=f"{text} (store.data_remote: a directory or s3://...)")
         _add_overrides(pd)
         pd.add_argument("--remote", help="override store.data_remote: a local directory or s3://bucket/prefix")
@@ -254,17 +272,20 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
 
 def _cmd_data_remote(args: argparse.Namespace) -> int:
     from harnessrl.data import remote
+    from harnessrl.data.build import data_folder
 
     cfg = compose(args.overrides)
     store = cfg.store.model_copy(update={"endpoint_url": args.endpoint_url or cfg.store.endpoint_url})
     url = args.remote or store.data_remote
+    folder = data_folder(cfg.data, args.repo)
     try:
         if args.data_command == "push":
-            r = remote.push(args.repo, Path(cfg.data.dir), url, store)
-            print(f"pushed {cfg.data.dir} (md5 {r['md5']}, {r['pushed']} new objects) to {r['remote']}")
+            r = remote.push(args.repo, folder, url, store)
+            print(f"pushed {folder} (md5 {r['md5']}, {r['pushed']} new objects) to {r['remote']}")
+            print(f"commit {remote.dvc_file(folder)}: compile and submit take the data version from it")
         else:
-            r = remote.pull(args.repo, Path(cfg.data.dir), url, store)
-            print(f"pulled {cfg.data.dir} (md5 {r['md5']} verified, {r['fetched']} fetched) from {r['remote']}")
+            r = remote.pull(args.repo, folder, url, store)
+            print(f"pulled {folder} (md5 {r['md5']} verified, {r['fetched']} fetched) from {r['remote']}")
     except (FileNotFoundError, ValueError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -353,7 +374,10 @@ def _add_eval_and_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, metavar="PATH", help="the policy to start from")
     p.add_argument("--stage", choices=["rl", "long_horizon"], default="rl", help="whose config (default: %(default)s)")
     p.add_argument(
-        "--data", type=Path, metavar="DIR", help="the data folder (default: the one the manifest names, else data.dir)"
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="the data folder (default: the one the manifest names, else the data config's own)",
     )
     p.add_argument("-o", "--output", type=Path, metavar="OUT", help="default: runs/<stage>-<time>")
     _add_overrides(p)
@@ -467,6 +491,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "recipe", None):  # --recipe NAME is the override recipe=NAME, taking the same place
+        args.overrides = [f"recipe={args.recipe}", *args.overrides]
     try:
         return COMMANDS[args.command](args)
     except ConfigError as e:
@@ -475,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_rl(args: argparse.Namespace) -> int:
+    from harnessrl.data.build import data_folder
     from harnessrl.data.md5 import dvc_dir_md5
     from harnessrl.lineage.manifest import MANIFEST
     from harnessrl.model.checkpoint import CheckpointError
@@ -485,7 +512,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
         print(f"harnessrl: error: --checkpoint {args.checkpoint}: not a Hugging Face checkpoint", file=sys.stderr)
         return EXIT_BAD_INPUT
     manifest = json.loads((args.checkpoint / MANIFEST).read_text()) if (args.checkpoint / MANIFEST).is_file() else {}
-    data = args.data or Path(manifest.get("datasets", {}).get("data", {}).get("path") or cfg.data.dir)
+    data = args.data or Path(manifest.get("datasets", {}).get("data", {}).get("path") or data_folder(cfg.data))
     if not (data / "prompts.jsonl").is_file():
         print(
             f"harnessrl: error: --data {data}: no prompts.jsonl (build it with `harnessrl data build`)", file=sys.stderr
@@ -547,20 +574,31 @@ def _report_after_failure(run_dir: Path) -> None:
         print(f"  report: {regenerate(run_dir) / 'report.html'}", file=sys.stderr)
 
 
+def _cluster_config(args: argparse.Namespace) -> Config:
+    cfg = compose(args.overrides)
+    if args.image:
+        cfg = cfg.model_copy(update={"infra": cfg.infra.model_copy(update={"image": args.image})})
+    return cfg
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     from pipelines.remote import compile_pipeline
 
-    cfg = compose(args.overrides)
+    cfg = _cluster_config(args)
     t0 = time.time()
-    compile_pipeline(cfg, args.output, Path.cwd())
+    source = compile_pipeline(cfg, args.output, Path.cwd())
     print(f"wrote {args.output} ({cfg.name}, {len(cfg.enabled_stages())} stages, {time.time() - t0:.2f}s)")
+    if source.md5:
+        print(f"data: version {source.md5}, pulled from {source.remote} by the data step")
+    else:
+        print(f"data: no pointer for this data config; the data step will build it and push it to {source.remote}")
     return 0
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from pipelines.remote import submit
 
-    cfg = compose(args.overrides)
+    cfg = _cluster_config(args)
     run_id, url = submit(cfg, args.host, args.experiment, Path.cwd(), args.output)
     print(f"run id: {run_id}\nurl: {url}")
     return 0
@@ -579,14 +617,14 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from harnessrl.data.build import build
+    from harnessrl.data.build import build, data_folder
     from harnessrl.data.md5 import dvc_dir_md5
 
     if args.data_command in ("push", "pull"):
         return _cmd_data_remote(args)
     cfg = compose(args.overrides)
-    out = args.output or Path(cfg.data.dir)
-    build(cfg.data, out)
+    out = args.output or data_folder(cfg.data)
+    build(cfg.data, out, progress=True)
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
     return 0
 

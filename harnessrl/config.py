@@ -95,7 +95,10 @@ class LongHorizonDataConfig(Strict):
 
 class DataConfig(Strict):
     name: str
-    dir: str = Field(description="the DVC-tracked data folder, relative to the repo root or absolute")
+    dir: str = Field(
+        description="where data folders live, relative to the repo root or absolute: each data config "
+        "gets its own subfolder `<name>-<config hash>`, tracked by DVC through `<subfolder>.dvc` next to it"
+    )
     seed: int = 0
     num_repos: int = Field(gt=0, description="generated Python repos in the code corpus")
     files_per_repo: int = Field(gt=0)
@@ -202,10 +205,14 @@ class RLConfig(Strict):
     curriculum: Literal["uniform", "pass_rate"] = Field(
         "uniform", description="how prompts are drawn: uniformly, or weighted by p(1-p) of their running success rate"
     )
-    mode: Literal["async", "sync"] = "sync"
-    rollout_workers: int = Field(1, gt=0)
-    env_workers: int = Field(1, gt=0)
-    trainer_world_size: int = Field(1, gt=0)
+    mode: Literal["async", "sync"] = Field(
+        "sync", description="sync: one process generates and trains in turn; async: a Ray fleet of workers"
+    )
+    rollout_workers: int = Field(1, gt=0, description="async only: Ray actors that generate (vLLM or hf)")
+    env_workers: int = Field(1, gt=0, description="async only: Ray actors that run episodes in sandboxes")
+    trainer_world_size: int = Field(
+        1, gt=0, description="DeepSpeed ranks of the RL trainer; only 1 so far (a larger value is refused)"
+    )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
@@ -215,6 +222,19 @@ class RLConfig(Strict):
         description="no gradient for an episode that ran out of a budget (turns, tokens, context, summaries) "
         "instead of answering: SUPO's overlong masking",
     )
+
+    @model_validator(mode="after")
+    def _every_setting_takes_effect(self) -> RLConfig:
+        # A field that would be ignored is refused, so a recipe runs the way it reads.
+        if self.mode == "sync":
+            idle = [f"{f}={getattr(self, f)}" for f in ("rollout_workers", "env_workers") if getattr(self, f) > 1]
+            if idle:
+                raise ValueError(f"{' and '.join(idle)} need mode=async: a sync run has no workers, so set "
+                                 "mode: async or set them to 1")  # fmt: skip
+        if self.trainer_world_size > 1:
+            raise ValueError(f"trainer_world_size={self.trainer_world_size}: the RL trainer runs on one rank "
+                             "so far (multi-rank RL training is not built yet); set it to 1")  # fmt: skip
+        return self
 
 
 class LongHorizonConfig(RLConfig):
@@ -360,9 +380,10 @@ class InfraConfig(Strict):
 
     @model_validator(mode="after")
     def _known_stages(self) -> InfraConfig:
-        unknown = set(self.resources) - set(STAGES) - {"default"}
+        known = ["data", *STAGES]  # the data step is scheduled like a stage
+        unknown = set(self.resources) - set(known) - {"default"}
         if unknown:
-            raise ValueError(f"resources has unknown stage(s) {sorted(unknown)}; known: {list(STAGES)}")
+            raise ValueError(f"resources has unknown stage(s) {sorted(unknown)}; known: {known}")
         return self
 
     def for_stage(self, stage: str) -> StageResources:
@@ -418,6 +439,19 @@ class Config(Strict):
                 "stages.eval.long_horizon_tasks: the comparison needs the long-horizon stage "
                 "(stages.long_horizon.enabled is false); set it to 0"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _training_fits_one_node(self) -> Config:
+        # Training launches torchrun on the stage's own pod (harnessrl/train/launch.py): one node. More
+        # ranks than that pod has GPUs would never start, so such a recipe is refused, not submitted.
+        for stage in ("cpt", "sft"):
+            world, gpus = getattr(self.stages, stage).world_size, self.infra.for_stage(stage).accelerator_count
+            if gpus and world > gpus:
+                raise ValueError(
+                    f"stages.{stage}.world_size: {world} ranks on infra.resources.{stage}'s {gpus} GPUs needs "
+                    f"more than one node, and training runs on one node so far; set it to at most {gpus}"
+                )
         return self
 
     def enabled_stages(self) -> list[str]:

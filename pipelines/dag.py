@@ -1,8 +1,9 @@
 """The recipe's chain as one KFP v2 pipeline.
 
-base -> cpt -> sft -> rl -> long_horizon -> eval, minus the stages the recipe turns off: a stage
-takes the checkpoint of the previous *enabled* stage. Every task gets only its own config slice,
-the data's md5 and the code's hash as inputs, so kfp's cache re-runs exactly what changed.
+data, then base -> cpt -> sft -> rl -> long_horizon -> eval, minus the stages the recipe turns off: a
+stage takes the checkpoint of the previous *enabled* stage. The data step (components/data.py) hands
+every stage the data folder as an artifact, with its md5. Every task gets only its own config slice,
+the data and the code's hash as inputs, so kfp's cache re-runs exactly what changed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kfp import dsl, kubernetes
 
 from components.base import base
 from components.cpt import cpt
+from components.data import data
 from components.evaluate import evaluate
 from components.long_horizon_rl import long_horizon
 from components.rl import rl
@@ -22,6 +24,7 @@ from components.sft import sft
 from harnessrl.config import Config, InfraConfig, StageResources
 
 STAGE_FUNCS: dict[str, Callable] = {
+    "data": data,
     "base": base,
     "cpt": cpt,
     "sft": sft,
@@ -30,39 +33,50 @@ STAGE_FUNCS: dict[str, Callable] = {
     "eval": evaluate,
 }
 # The output each stage hands on: a model checkpoint, except eval's report.
-OUTPUT_NAME = {stage: "checkpoint" for stage in STAGE_FUNCS} | {"eval": "report"}
+OUTPUT_NAME = {stage: "checkpoint" for stage in STAGE_FUNCS} | {"data": "dataset", "eval": "report"}
 
 
 @dataclass(frozen=True)
-class Inputs:
-    """What every task sees besides its config slice. Paths are as the tasks will see them."""
+class DataSource:
+    """Where the data step gets the data folder (components/data.py): a folder built on this machine
+    (local runs), or the DVC remote, by md5 where a version was pushed (cluster runs)."""
 
-    data_dir: str
-    data_md5: str
-    code_hash: str
+    md5: str = ""  # "": no pushed version; the data step builds it and pushes it
+    folder: str = ""
+    remote: str = ""
+    store: str = "{}"  # the StoreConfig, as JSON, for an S3 remote
 
 
 def pipeline_name(cfg: Config) -> str:
     return f"harnessrl-{cfg.name}".replace("_", "-")
 
 
-def build_pipeline(cfg: Config, inputs: Inputs) -> Callable:
+def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
     """A @dsl.pipeline function for this recipe. Calling it under kfp.local runs it; compiling it
     gives the IR that the cluster runs: the same DAG either way."""
     # The image already holds harnessrl and kfp: no pip install at task start.
     components = {
         s: dsl.component(STAGE_FUNCS[s], base_image=cfg.infra.image, install_kfp_package=False)
-        for s in cfg.enabled_stages()
+        for s in ["data", *cfg.enabled_stages()]
     }
 
     def pipeline():
+        data_task = components["data"](
+            config=json.dumps(cfg.data.model_dump(), sort_keys=True),
+            md5=source.md5,
+            folder=source.folder,
+            remote=source.remote,
+            store=source.store,
+            code_hash=code_hash,
+        ).set_display_name("data")
+        schedule(data_task, cfg.infra.for_stage("data"), cfg.infra)
         prev = None
         for stage in cfg.enabled_stages():
             args = dict(
                 config=json.dumps(cfg.stage_slice(stage), sort_keys=True),
-                data_dir=inputs.data_dir,
-                data_md5=inputs.data_md5,
-                code_hash=inputs.code_hash,
+                data=data_task.outputs["dataset"],
+                data_md5=data_task.outputs["Output"],
+                code_hash=code_hash,
             )
             if prev is not None:
                 args["parent"] = prev.outputs["checkpoint"]

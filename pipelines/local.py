@@ -23,16 +23,16 @@ import yaml
 
 from harnessrl.config import Config
 from harnessrl.data.build import build as build_data
-from harnessrl.data.build import check_built_from
+from harnessrl.data.build import check_built_from, data_folder
 from harnessrl.data.md5 import dvc_dir_md5
 from harnessrl.io import atomic_write_text, write_json
 from harnessrl.lineage.manifest import chain, code_hash
 from harnessrl.stage import KEY_METRIC
-from pipelines.dag import Inputs, build_pipeline
+from pipelines.dag import DataSource, build_pipeline
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 COMPONENT_TO_STAGE = {"evaluate": "eval", "long-horizon": "long_horizon"}
-STAGE_LINE = re.compile(r"^\s*\[(base|cpt|sft|rl|long_horizon|eval)\] ")
+STAGE_LINE = re.compile(r"^\s*\[(data|base|cpt|sft|rl|long_horizon|eval)\] ")
 
 
 @dataclass
@@ -104,12 +104,13 @@ class Progress(logging.Filter):
 
 
 def ensure_data(cfg: Config, root: Path) -> tuple[Path, str]:
-    """The recipe's data folder, built deterministically if absent, and its DVC md5. A folder built
-    from another data config is refused (ConfigError), never silently used or replaced."""
-    data_dir = Path(cfg.data.dir) if Path(cfg.data.dir).is_absolute() else root / cfg.data.dir
+    """The data config's own folder (`data/<name>-<config hash>`), built deterministically if absent,
+    and its DVC md5. A folder that is not what its name says (edited by hand, or built by other code)
+    is refused (ConfigError), never silently used or replaced."""
+    data_dir = data_folder(cfg.data, root)
     if not data_dir.exists():
         print(f"data: building {data_dir} (seed {cfg.data.seed})", flush=True)
-        build_data(cfg.data, data_dir)
+        build_data(cfg.data, data_dir, progress=True)
     check_built_from(cfg.data, data_dir)
     return data_dir.resolve(), dvc_dir_md5(data_dir)
 
@@ -137,7 +138,8 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
         },
     )
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    pipeline = build_pipeline(cfg, Inputs(str(data_dir), data_md5, code_hash()))
+    # The data step copies the folder into the pipeline root, and every stage reads that copy.
+    pipeline = build_pipeline(cfg, DataSource(md5=data_md5, folder=str(data_dir)), code_hash())
 
     local.init(
         runner=local.SubprocessRunner(use_venv=False),

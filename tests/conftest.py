@@ -19,8 +19,6 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 SMOKE = ["recipe=tiny_smoke"]
-# The GPU recipe's own data is thousands of repos; compiling needs only its md5, so tests build a small one.
-SMALL_DATA = ["data.num_repos=4", "data.num_sft=8", "data.num_prompts=8", "data.num_heldout=4"]
 
 
 def run_cli(*args: str) -> int:
@@ -77,9 +75,10 @@ def default_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default recipe's data folder, built once per session (about a minute: every SFT
     conversation is an expert episode in the sandbox). Tests only read it."""
     from harnessrl.config import compose
-    from harnessrl.data.build import build
+    from harnessrl.data.build import build, data_folder
 
-    return build(compose([]).data, tmp_path_factory.mktemp("default-data") / "data")
+    cfg = compose([]).data
+    return build(cfg, data_folder(cfg, tmp_path_factory.mktemp("default-data")))  # where data.dir=data finds it
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +87,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, default_data: Path) -> Pa
     per session and shared by the slow tests that need trained checkpoints."""
     root = tmp_path_factory.mktemp("tiny")
     run_dir = root / "run"
-    rc = run_cli("run", f"data.dir={default_data}", "--output-dir", str(run_dir), "--pipeline-root", str(root / "kfp"))
+    data_dir = f"data.dir={default_data.parent}"
+    rc = run_cli("run", data_dir, "--output-dir", str(run_dir), "--pipeline-root", str(root / "kfp"))
     assert rc == 0
     return run_dir
 

@@ -72,7 +72,19 @@ BAD_OVERRIDES = [
     ("stages.long_horizon.summary_trigger=400", "stages.long_horizon", "must fit in context_budget"),
     ("stages.long_horizon.context=compact", "stages.long_horizon.context", "'none', 'truncate' or 'summarize'"),
     ("stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks", "needs the long-horizon stage"),
+    # Settings that would do nothing are refused, naming the field.
+    ("stages.rl.rollout_workers=4", "stages.rl", "rollout_workers=4 need mode=async"),
+    ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 need mode=async"),
+    ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8: the RL trainer runs on one rank"),
 ]
+
+
+def test_training_past_one_node_is_refused_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"^stages\.cpt\.world_size: 16 ranks on infra\.resources\.cpt's 8 GPUs"):
+        compose(["recipe=qwen_coder_7b", "stages.cpt.world_size=16"])
+    cfg = compose(["recipe=qwen_coder_7b"])  # the GPU recipe reads as it runs: async RL, one node
+    assert cfg.stages.rl.mode == cfg.stages.long_horizon.mode == "async"
+    assert cfg.stages.cpt.world_size <= cfg.infra.for_stage("cpt").accelerator_count
 
 
 @pytest.mark.parametrize(("override", "field", "expected"), BAD_OVERRIDES)

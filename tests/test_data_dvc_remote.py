@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from unittest.mock import ANY
 
 import boto3
 import pytest
@@ -14,7 +15,7 @@ import yaml
 
 from harnessrl.cli import main
 from harnessrl.config import compose
-from harnessrl.data.build import build
+from harnessrl.data.build import build, data_folder
 from harnessrl.data.md5 import dvc_dir_md5
 from tests.s3_server import S3, s3  # noqa: F401
 
@@ -38,7 +39,7 @@ def dvc_add_md5(folder: Path, repo: Path) -> str:
     Repo.init(str(repo)).close()
     with Repo(str(repo), config={"core": {"analytics": False}}) as r:
         r.add([str(repo / "data")])
-    return yaml.safe_load((repo / "data.dvc").read_text())["outs"][0]["md5"]
+    return yaml.safe_load((repo / "data.dvc").read_text())["outs"][0]["md5"]  # dvc add's own pointer
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -49,8 +50,12 @@ def tree(root: Path) -> dict[str, bytes]:
 def repo_with_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "site-cache"))
     repo = git_repo(tmp_path / "repo")
-    build(compose(SMOKE).data, repo / "data")
+    build(compose(SMOKE).data, data_folder(compose(SMOKE).data, repo))
     return repo
+
+
+def smoke_folder(repo: Path) -> Path:
+    return data_folder(compose(SMOKE).data, repo)
 
 
 def test_our_dir_md5_is_what_dvc_add_records(tmp_path: Path, repo_with_data: Path) -> None:
@@ -62,18 +67,20 @@ def test_our_dir_md5_is_what_dvc_add_records(tmp_path: Path, repo_with_data: Pat
     (odd / "a" / "z.bin").write_bytes(bytes(range(256)) * 40)
     (odd / "a-b").write_text("sorts between a/ and a/b in some orders\n")
     assert dvc_dir_md5(odd) == dvc_add_md5(odd, tmp_path / "r1")
-    data = repo_with_data / "data"
+    data = smoke_folder(repo_with_data)
     assert dvc_dir_md5(data) == dvc_add_md5(data, tmp_path / "r2")
 
 
 def test_push_then_pull_from_a_local_remote_restores_identical_bytes(
     repo_with_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    repo, data = repo_with_data, repo_with_data / "data"
+    repo, data = repo_with_data, smoke_folder(repo_with_data)
     before, md5 = tree(data), dvc_dir_md5(data)
     assert main(["data", "push", "--repo", str(repo), *SMOKE]) == 0
     assert f"md5 {md5}" in capsys.readouterr().out
-    assert yaml.safe_load((repo / "data.dvc").read_text())["outs"][0]["md5"] == md5
+    pointer = data.with_name(data.name + ".dvc")  # next to the folder, where git tracks it
+    assert yaml.safe_load(pointer.read_text())["outs"][0] == {"md5": md5, "size": ANY, "nfiles": len(before),
+                                                               "hash": "md5", "path": data.name}  # fmt: skip
     assert (repo / "runs" / "dvc-remote" / "files" / "md5").is_dir()
     assert "analytics = False" in (repo / ".dvc" / "config").read_text()
     shutil.rmtree(data)
@@ -84,7 +91,7 @@ def test_push_then_pull_from_a_local_remote_restores_identical_bytes(
 
 
 def test_push_then_pull_through_s3_restores_identical_bytes(repo_with_data: Path, s3: S3, capsys) -> None:  # noqa: F811
-    repo, data = repo_with_data, repo_with_data / "data"
+    repo, data = repo_with_data, smoke_folder(repo_with_data)
     before = tree(data)
     remote = ["--remote", f"s3://{s3.bucket}/dvc", "--endpoint-url", s3.endpoint]
     assert main(["data", "push", "--repo", str(repo), *remote, *SMOKE]) == 0
@@ -103,4 +110,4 @@ def test_pull_without_data_dvc_is_bad_input(tmp_path: Path, capsys: pytest.Captu
     repo = git_repo(tmp_path / "empty")
     assert main(["data", "pull", "--repo", str(repo), *SMOKE]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "data.dvc: not found" in err
+    assert err.count("\n") == 1 and f"{smoke_folder(repo).name}.dvc: not found" in err

@@ -1,4 +1,5 @@
-"""The compiled KFP v2 IR has the recipe's DAG edges and the Kubernetes settings the config asks for."""
+"""The compiled KFP v2 IR has the recipe's DAG edges and the Kubernetes settings the config asks for,
+and compiling builds nothing: the data version comes from the data config's DVC pointer."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ import yaml
 
 from harnessrl.cli import main
 from harnessrl.config import compose
-from tests.conftest import SMALL_DATA
+from harnessrl.data.build import folder_name
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def compile_ir(tmp_path: Path, *overrides: str, data: Path | None = None) -> tuple[dict, dict]:
-    """Compile with `overrides`; `data` is a folder already built from the same data config."""
+def compile_ir(tmp_path: Path, *overrides: str) -> tuple[dict, dict]:
+    """Compile with `overrides`, from the repo root as a user does (the data pointers are the repo's)."""
     out = tmp_path / "pipeline.yaml"
-    assert main(["compile", *overrides, f"data.dir={data or tmp_path / 'data'}", "-o", str(out)]) == 0
+    assert main(["compile", *overrides, "-o", str(out)]) == 0
     docs = list(yaml.safe_load_all(out.read_text()))
     return docs[0], docs[1] if len(docs) > 1 else {}  # the platform spec is there only when asked for
+
+
+def data_step_inputs(spec: dict) -> dict[str, str]:
+    params = spec["root"]["dag"]["tasks"]["data"]["inputs"]["parameters"]
+    return {k: v["runtimeValue"]["constant"] for k, v in params.items()}
 
 
 def edges(spec: dict) -> dict[str, list[str]]:
@@ -26,37 +34,73 @@ def edges(spec: dict) -> dict[str, list[str]]:
     return {name: t.get("dependentTasks", []) for name, t in tasks.items()}
 
 
-def test_dag_edges_follow_the_chain(tmp_path: Path, default_data: Path) -> None:
-    spec, _ = compile_ir(tmp_path, "recipe=tiny", data=default_data)
+def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
+    spec, _ = compile_ir(tmp_path, "recipe=tiny")
     assert edges(spec) == {
-        "base": [],
-        "cpt": ["base"],
-        "sft": ["cpt"],
-        "rl": ["sft"],
-        "long-horizon": ["rl"],
-        "evaluate": ["long-horizon"],
+        "data": [],
+        "base": ["data"],
+        "cpt": ["base", "data"],
+        "sft": ["cpt", "data"],
+        "rl": ["data", "sft"],
+        "long-horizon": ["data", "rl"],
+        "evaluate": ["data", "long-horizon"],
     }
     rl_in = spec["root"]["dag"]["tasks"]["rl"]["inputs"]
     assert rl_in["artifacts"]["parent"]["taskOutputArtifact"] == {
         "outputArtifactKey": "checkpoint",
         "producerTask": "sft",
     }
-    # Each task carries its own config slice, the data md5 and the code hash: the cache key.
+    # Each task carries its own config slice, the data and its md5 from the data step, and the code
+    # hash: the cache key.
+    assert rl_in["artifacts"]["data"]["taskOutputArtifact"] == {"outputArtifactKey": "dataset", "producerTask": "data"}
     params = rl_in["parameters"]
     assert json.loads(params["config"]["runtimeValue"]["constant"]) == compose(["recipe=tiny"]).stage_slice("rl")
-    assert params["data_md5"]["runtimeValue"]["constant"].endswith(".dir")
+    assert params["data_md5"]["taskOutputParameter"] == {"outputParameterKey": "Output", "producerTask": "data"}
     assert len(params["code_hash"]["runtimeValue"]["constant"]) == 64
 
 
-def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path, default_data: Path) -> None:
+def test_compile_takes_the_data_version_from_its_pointer_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    cfg = compose([])
+    pointer = REPO / "data" / f"{folder_name(cfg.data)}.dvc"
+    before = {p: p.stat().st_mtime_ns for p in (REPO / "data").iterdir()} if (REPO / "data").is_dir() else {}
+    spec, _ = compile_ir(tmp_path, "recipe=tiny")
+    data = data_step_inputs(spec)
+    assert data["md5"] == yaml.safe_load(pointer.read_text())["outs"][0]["md5"]
+    assert data["remote"] == cfg.store.data_remote and data["folder"] == ""  # no path of this machine's
+    assert json.loads(data["config"]) == cfg.data.model_dump()
+    assert "pulled from runs/dvc-remote" in capsys.readouterr().out
+    after = {p: p.stat().st_mtime_ns for p in (REPO / "data").iterdir()}
+    assert after == before, "compile wrote into data/"
+    assert [p.name for p in REPO.glob(".data*")] == [] and list(tmp_path.iterdir()) == [tmp_path / "pipeline.yaml"]
+
+
+def test_a_data_config_without_a_pointer_is_built_by_the_data_step(tmp_path: Path, capsys) -> None:
+    spec, _ = compile_ir(tmp_path, "recipe=qwen_coder_7b")
+    data = data_step_inputs(spec)
+    cfg = compose(["recipe=qwen_coder_7b"])
+    assert data["md5"] == "" and data["remote"] == cfg.store.data_remote.rstrip("/") == "s3://harnessrl-artifacts/dvc"
+    assert json.loads(data["store"])["retry_mode"] == "adaptive"
+    assert "will build it and push it" in capsys.readouterr().out
+    assert not (REPO / "data" / folder_name(cfg.data)).exists()
+
+
+def test_compile_image_flag_overrides_the_image(tmp_path: Path) -> None:
+    ref = "ghcr.io/harnessrl/harnessrl@sha256:" + "a" * 64
+    spec, _ = compile_ir(tmp_path, "recipe=qwen_coder_7b", "--image", ref)
+    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+    assert images == {ref}
+
+
+def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path) -> None:
     off = ["stages.cpt.enabled=false", "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0"]
-    spec, _ = compile_ir(tmp_path, *off, data=default_data)
-    assert edges(spec) == {"base": [], "sft": ["base"], "rl": ["sft"], "evaluate": ["rl"]}
+    spec, _ = compile_ir(tmp_path, *off)
+    assert edges(spec) == {"data": [], "base": ["data"], "sft": ["base", "data"], "rl": ["data", "sft"],
+                           "evaluate": ["data", "rl"]}  # fmt: skip
 
 
 def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> None:
-    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b", *SMALL_DATA)
-    cfg = compose(["recipe=qwen_coder_7b", *SMALL_DATA])
+    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b")
+    cfg = compose(["recipe=qwen_coder_7b"])
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     cpt = k8s["exec-cpt"]
     want = cfg.infra.for_stage("cpt")
@@ -80,8 +124,8 @@ def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> 
     assert "pip install" not in " ".join(container["command"])
 
 
-def test_local_infra_compiles_no_scheduling(tmp_path: Path, default_data: Path) -> None:
-    _, platform = compile_ir(tmp_path, "recipe=tiny", data=default_data)
+def test_local_infra_compiles_no_scheduling(tmp_path: Path) -> None:
+    _, platform = compile_ir(tmp_path, "recipe=tiny")
     executors = platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
     assert executors == {}
 
@@ -91,4 +135,4 @@ def test_accelerator_count_without_type_is_rejected(override: str) -> None:
     from harnessrl.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"infra\.resources\.cpt"):
-        compose(["recipe=qwen_coder_7b", *SMALL_DATA, override, "infra.resources.cpt.accelerator_type=null"])
+        compose(["recipe=qwen_coder_7b", override, "infra.resources.cpt.accelerator_type=null"])

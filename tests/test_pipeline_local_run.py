@@ -57,6 +57,17 @@ def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: 
     assert "HARNESSRL_STATE_ROOT" not in os.environ
 
 
+def test_the_stages_read_the_data_steps_copy_not_the_checkouts_folder(smoke_run: Path, smoke_env: dict) -> None:
+    from harnessrl.data.md5 import dvc_dir_md5
+
+    built = next(smoke_env["data"].iterdir())  # data/<name>-<config hash>, built by `harnessrl run`
+    for stage in STAGES[:-1]:
+        m = read_manifest(smoke_run / "checkpoints" / stage)
+        read = Path(m["datasets"]["data"]["path"])
+        assert read.is_relative_to(smoke_env["kfp"]) and read.name == "dataset", stage
+        assert m["data_md5"] == dvc_dir_md5(read) == dvc_dir_md5(built)
+
+
 def test_rerun_with_nothing_changed_is_served_from_the_cache(smoke_run: Path, smoke_env: dict) -> None:
     again = smoke_env["root"] / "run-cached"
     assert (

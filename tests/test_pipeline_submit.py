@@ -16,7 +16,6 @@ from typing import ClassVar
 import pytest
 
 from harnessrl.cli import main
-from tests.conftest import SMALL_DATA
 
 
 class FakeKfpApi(BaseHTTPRequestHandler):
@@ -73,8 +72,6 @@ def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: s
             "--experiment",
             "nightly",
             "recipe=qwen_coder_7b",
-            *SMALL_DATA,
-            f"data.dir={tmp_path / 'data'}",
             "-o",
             str(out),
         ]
@@ -91,6 +88,7 @@ def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: s
     spec = run["pipeline_spec"]
     assert spec["pipeline_spec"]["pipelineInfo"]["name"] == "harnessrl-qwen-coder-7b"
     assert set(spec["pipeline_spec"]["root"]["dag"]["tasks"]) == {
+        "data",
         "base",
         "cpt",
         "sft",

@@ -84,15 +84,33 @@ def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_pa
         assert run_task(tasks[m[1]["content"]], data, lambda *_: AssistantTurn(text="0")).outcome.success is False
 
 
-def test_a_folder_built_from_another_data_config_is_refused(data, tmp_path, capsys):
+def test_each_data_config_has_its_own_folder(data, tmp_path):
+    from harnessrl.config import compose
+    from harnessrl.data.build import data_folder, folder_name
+
+    assert data_folder(CFG, tmp_path) == tmp_path / "data" / folder_name(CFG)
+    assert folder_name(CFG.model_copy(update={"dir": "elsewhere"})) == folder_name(CFG)  # where is not what
+    assert folder_name(CFG.model_copy(update={"num_sft": 25})) != folder_name(CFG)
+    tiny, smoke = compose([]).data, compose(["recipe=tiny_smoke"]).data
+    assert folder_name(tiny).startswith("tiny-") and folder_name(smoke) != folder_name(tiny)
+
+
+def test_a_folder_not_built_from_its_data_config_is_refused(data, tmp_path, capsys):
+    import json
+    import shutil
+
     from harnessrl.cli import main
-    from harnessrl.config import ConfigError
-    from harnessrl.data.build import check_built_from
+    from harnessrl.config import ConfigError, compose
+    from harnessrl.data.build import check_built_from, data_folder
 
     check_built_from(CFG.model_copy(update={"dir": "elsewhere"}), data)  # where it sits is not what it is
     with pytest.raises(ConfigError, match=r"data\.num_sft is 24 there, 25 here"):
         check_built_from(CFG.model_copy(update={"num_sft": 25}), data)
-    before = dvc_dir_md5(data)
-    rc = main(["run", "recipe=tiny_smoke", f"data.dir={data}", "--output-dir", str(tmp_path / "run")])
-    assert rc == 2 and "was built from another data config" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists() and dvc_dir_md5(data) == before  # nothing written, nothing replaced
+    # A folder under the smoke config's name that holds other data (copied by hand) is refused.
+    fake = data_folder(compose(["recipe=tiny_smoke"]).data, tmp_path)
+    shutil.copytree(data, fake)
+    before = dvc_dir_md5(fake)
+    rc = main(["run", "recipe=tiny_smoke", f"data.dir={fake.parent}", "--output-dir", str(tmp_path / "run")])
+    assert rc == 2 and "was not built from this data config" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and dvc_dir_md5(fake) == before  # nothing written, nothing replaced
+    assert json.loads((fake / "suite.json").read_text())["data"]["name"] == "t"

@@ -224,3 +224,36 @@ def test_the_loss_on_labelled_positions_equals_the_models_own(tiny_base: dict) -
     y[:, :9] = -100  # a prompt carries no labels
     y[1, 12:] = -100
     assert float(lm_loss(model, x, y)) == pytest.approx(float(model(input_ids=x, labels=y).loss), abs=1e-5)
+
+
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_two_nodes_at_a_c10d_rendezvous_equal_one_node_with_two_ranks(
+    tiny_base: dict, tmp_path: Path, zero_stage: int
+) -> None:
+    """The same entry point under torchrun on two "nodes" (two launchers, one rank each, meeting at a
+    c10d rendezvous on loopback), as each node of a Kubeflow Trainer TrainJob runs it."""
+    import os
+    import subprocess
+
+    from harnessrl.stage import StageContext
+    from harnessrl.train.launch import torchrun_command, write_spec
+
+    overrides = ["stages.cpt.world_size=2", f"stages.cpt.zero_stage={zero_stage}", "stages.cpt.micro_batch_size=2"]
+    one_node = [m["loss"] for m in cpt_stage(tiny_base, tmp_path / "one-node", *overrides)["metrics"]]
+
+    out = tmp_path / "two-nodes"
+    out.mkdir()
+    cfg = compose([*SMOKE, *overrides]).stage_slice("cpt")
+    ctx = StageContext(cfg=cfg, parent=tiny_base["base"], out=out, data_dir=tiny_base["data"], state_dir=None)
+    spec, result = write_spec("components.cpt:train_job", ctx)
+    endpoint = f"127.0.0.1:{distributed.free_port()}"
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HARNESSRL_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(torchrun_command(spec, 1, nnodes=2, rdzv_endpoint=endpoint, rdzv_id=f"t{zero_stage}"), env=env)
+        for _ in range(2)
+    ]
+    assert [n.wait(timeout=300) for n in nodes] == [0, 0]
+    two_nodes = [m["loss"] for m in read_metrics(out / "metrics.jsonl")]
+    assert json.loads(result.read_text())["world_size"] == 2
+    assert two_nodes == pytest.approx(one_node, abs=1e-6)
+    assert (out / "model.safetensors").is_file()  # rank 0 exported the gathered checkpoint

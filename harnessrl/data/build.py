@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from harnessrl.config import ConfigError, DataConfig, LongHorizonDataConfig
+from harnessrl.config import ConfigError, DataConfig, LongHorizonDataConfig, config_hash
 from harnessrl.harness.context import ContextConfig
 from harnessrl.harness.episode import Budgets
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
@@ -34,8 +37,29 @@ from harnessrl.tasks.run import prompt_messages
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
 
 
-def build(cfg: DataConfig, out: Path) -> Path:
-    """Write the data folder atomically: a killed build never leaves a half-written `out`."""
+class Progress:
+    """Lines like `data: expert episodes 1200/4352 (27%, 41 s)`, one per tenth of the work: plain
+    lines, so a pod's log shows them as well as a terminal does. Called from worker threads."""
+
+    def __init__(self, total: int, show: bool) -> None:
+        self.total, self.show, self.done, self.t0 = total, show, 0, time.time()
+        self.lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        if self.show:
+            print(f"data: {text} ({time.time() - self.t0:.0f} s)", flush=True)
+
+    def step(self) -> None:
+        with self.lock:
+            self.done += 1
+            if self.done * 10 // self.total > (self.done - 1) * 10 // self.total or self.done == self.total:
+                self.say(f"expert episodes {self.done}/{self.total} ({100 * self.done // self.total}%)")
+
+
+def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
+    """Write the data folder atomically: a killed build never leaves a half-written `out`. The
+    temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
+    `progress` prints a line per tenth of the expert's episodes, the slow part."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
         repos = lookup.generate(rng, cfg.num_repos, cfg.files_per_repo)
@@ -43,7 +67,6 @@ def build(cfg: DataConfig, out: Path) -> Path:
         for rel, repo, _ in repos:
             repo.write(tmp / rel)
         sft = _take(rng, tasks["train"], cfg.num_sft)
-        sft_rows = [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share)]
         prompts = _take(rng, tasks["train"], cfg.num_prompts)
         heldout = _take(rng, tasks["heldout"], cfg.num_heldout)
 
@@ -55,11 +78,16 @@ def build(cfg: DataConfig, out: Path) -> Path:
             split = rel.split("/")[1]
             lh[split] += long_horizon.repo_tasks(lh_rng, repo, rel, split, lh_cfg.tasks_per_repo,
                                                  (lh_cfg.facts_min, lh_cfg.facts_max))  # fmt: skip
-        if lh_cfg.num_sft:
-            sft_rows += [{"messages": seg} for seg in expert_segments(_take(lh_rng, lh["train"], lh_cfg.num_sft),
-                                                                          tmp, lh_cfg)]  # fmt: skip
+        lh_sft = _take(lh_rng, lh["train"], lh_cfg.num_sft) if lh_cfg.num_sft else []
         prompts += _take(lh_rng, lh["train"], lh_cfg.num_prompts) if lh_cfg.num_prompts else []
         heldout += _take(lh_rng, lh["heldout"], lh_cfg.num_heldout) if lh_cfg.num_heldout else []
+
+        # The expert runs each distinct task once.
+        bar = Progress(len({t.id for t in sft}) + len({t.id for t in lh_sft}), progress)
+        bar.say(f"{len(repos)} repos generated; running the expert on {bar.total} tasks")
+        sft_rows = [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share, bar.step)]
+        if lh_sft:
+            sft_rows += [{"messages": seg} for seg in expert_segments(lh_sft, tmp, lh_cfg, bar.step)]
 
         for split in SPLITS:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split])
@@ -73,12 +101,27 @@ def build(cfg: DataConfig, out: Path) -> Path:
         # hands on to its checkpoint. (The expert compacted at its own estimate of tokens; the
         # context policy a checkpoint runs under is set by the long-horizon stage.)
         save_harness(HarnessSpec.training(tools_of([lookup.TOOLS, long_horizon.TOOLS]), Budgets()), tmp)
+    bar.say(f"wrote {out}")
     return out
 
 
 def _recorded(cfg: DataConfig) -> dict:
     """What a data folder was built from; where it sits (dir) is not part of it."""
     return cfg.model_dump(exclude={"dir"})
+
+
+def folder_name(cfg: DataConfig) -> str:
+    """The data config's own folder name, `<name>-<hash of the config>`: every data config (a recipe's,
+    or one changed by an override) gets its own folder, so building one never touches another's."""
+    return f"{cfg.name}-{config_hash(_recorded(cfg))[:8]}"
+
+
+def data_folder(cfg: DataConfig, root: Path | None = None) -> Path:
+    """Where the folder of this data config lives: `<data.dir>/<folder_name>`, data.dir relative to
+    `root` (default: the working directory) unless absolute. Its DVC pointer sits next to it as
+    `<folder_name>.dvc`, which git tracks."""
+    parent = Path(cfg.dir) if Path(cfg.dir).is_absolute() else (root or Path.cwd()) / cfg.dir
+    return parent / folder_name(cfg)
 
 
 def check_built_from(cfg: DataConfig, data_dir: Path) -> None:
@@ -95,17 +138,21 @@ def check_built_from(cfg: DataConfig, data_dir: Path) -> None:
         why = ", ".join(
             f"data.{k} is {built.get(k)!r} there, {want.get(k)!r} here" for k in keys if built.get(k) != want.get(k)
         )
-    raise ConfigError(f"{data_dir} was built from another data config ({why}); rebuild it with "
-                      "`harnessrl data build` and the same overrides, or set data.dir to another folder")  # fmt: skip
+    raise ConfigError(f"{data_dir} was not built from this data config ({why}): its name is the config's, so "
+                      "it was changed by other code or by hand; remove it, and `harnessrl data build` (with "
+                      "the same recipe and overrides) builds it again")  # fmt: skip
 
 
-def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> list[list[dict]]:
+def _expert_messages(
+    tasks: list[Task], suite_dir: Path, guess_share: float, on_done: Callable[[], None] | None = None
+) -> list[list[dict]]:
     """The expert's conversation for each task, each distinct task run once in the sandboxed harness.
     A failed episode is a bug in the generator or the expert, never data: it stops the build. The
     exception is a guessed task (guessed_tasks), which must fail: a right guess would be luck."""
     unique = list({t.id: t for t in tasks}.values())
     guessed = guessed_tasks(unique, guess_share)
-    trajectories = {tr.task_id: tr for tr in expert_trajectories(unique, suite_dir, workers=4, guessed=guessed)}
+    found = expert_trajectories(unique, suite_dir, workers=4, guessed=guessed, on_done=on_done)
+    trajectories = {tr.task_id: tr for tr in found}
     failed = [i for i, tr in trajectories.items() if tr.outcome.success == (i in guessed)]
     if failed:
         raise RuntimeError(f"the expert's episode went wrong on {len(failed)} lookup tasks (a script failed, "
@@ -114,7 +161,9 @@ def _expert_messages(tasks: list[Task], suite_dir: Path, guess_share: float) -> 
     return [trajectories[t.id].messages for t in tasks]
 
 
-def expert_segments(tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConfig) -> list[list[dict]]:
+def expert_segments(
+    tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConfig, on_done: Callable[[], None] | None = None
+) -> list[list[dict]]:
     """The expert's long-horizon conversations, one per context segment: it summarizes whenever its
     context reaches `cfg.trigger` (estimated tokens), so SFT learns the format of a summary turn and
     how to go on from one. Verbose summaries on a `verbose_share` of tasks, by each task's own coin."""
@@ -123,7 +172,7 @@ def expert_segments(tasks: list[Task], suite_dir: Path, cfg: LongHorizonDataConf
     context = ContextConfig(policy="summarize", budget=cfg.trigger + 100_000, trigger=cfg.trigger,
                             summary_max_tokens=100_000, max_summaries=cfg.max_summaries)  # fmt: skip
     budgets = Budgets(max_turns=cfg.max_turns, context=context)
-    trajectories = expert_trajectories(unique, suite_dir, workers=4, budgets=budgets, verbose=verbose)
+    trajectories = expert_trajectories(unique, suite_dir, workers=4, budgets=budgets, verbose=verbose, on_done=on_done)
     by_id = {tr.task_id: tr for tr in trajectories}
     failed = [i for i, tr in by_id.items() if not tr.outcome.success]
     if failed:

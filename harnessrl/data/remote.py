@@ -1,4 +1,4 @@
-"""`harnessrl data push` / `data pull`: the repo's data folder to and from a DVC remote.
+"""`harnessrl data push` / `data pull`: a data folder to and from a DVC remote.
 
 Through DVC's Python API (`dvc.repo.Repo`, the same calls its CLI makes). The remote is passed
 as config when the repo is opened, never written to `.dvc/config`, so a local directory (the
@@ -6,13 +6,17 @@ default) or S3 (dvc-s3, with an endpoint for S3-compatible servers) is chosen pe
 recipe's `store` config. DVC's site cache (by default under /var/tmp) goes under `.dvc/tmp`, and
 its analytics are off.
 
-Push runs `dvc add` first, so `data.dvc` always records what went up; pull ends by checking the
-folder's md5 (harnessrl.data.md5, the same number DVC records) against `data.dvc`.
+Push runs `dvc add` first, so the folder's pointer (`data/<folder>.dvc`, harnessrl.data.build) always
+records what went up; pull ends by checking the folder's md5 (harnessrl.data.md5, the same number DVC
+records) against the pointer. The pipeline's data step (components/data.py) has no checkout: it
+pulls a version by its md5 alone (`pull_version`), through a scratch repo of its own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +25,7 @@ import yaml
 
 from harnessrl.config import StoreConfig
 from harnessrl.data.md5 import dvc_dir_md5
+from harnessrl.io import atomic_dir
 
 REMOTE = "harnessrl"
 
@@ -49,7 +54,7 @@ def open_repo(root: Path, url: str, cfg: StoreConfig) -> Iterator:
     os.environ["DVC_SITE_CACHE_DIR"] = str(site_cache)
     try:
         if not (root / ".dvc").is_dir():
-            Repo.init(str(root)).close()
+            Repo.init(str(root), no_scm=not (root / ".git").exists()).close()
             with Repo(str(root)) as repo, repo.config.edit() as conf:
                 conf["core"]["analytics"] = False
         config = {
@@ -72,7 +77,10 @@ def dvc_file(data_dir: Path) -> Path:
 def recorded_md5(data_dir: Path) -> str:
     path = dvc_file(data_dir)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; run `harnessrl data push` where the data was built")
+        raise FileNotFoundError(
+            f"{path}: not found; run `harnessrl data push` (with the same recipe and "
+            "overrides) where the data was built"
+        )
     return yaml.safe_load(path.read_text())["outs"][0]["md5"]
 
 
@@ -112,3 +120,27 @@ def pull(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
         "fetched": stats.get("stats", {}).get("fetched", 0),
         "remote": remote_section(url, root.resolve(), cfg)["url"],
     }
+
+
+def pull_version(md5: str, url: str, cfg: StoreConfig, out: Path) -> dict:
+    """Fetch the data folder whose DVC md5 is `md5` into `out`, with no checkout and no pointer file:
+    a scratch DVC repo beside `out` gets a pointer written for that md5, pulls, and is removed. `out`
+    appears whole or not at all."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.pull-", dir=out.parent))
+    try:
+        (scratch / "data.dvc").write_text(yaml.safe_dump({"outs": [{"md5": md5, "hash": "md5", "path": "data"}]}))
+        with open_repo(scratch, url, cfg) as repo:
+            try:
+                stats = repo.pull(targets=[str(scratch / "data.dvc")])
+            except Exception as e:  # DVC's own errors name the missing objects; say which version
+                raise FileNotFoundError(f"data version {md5} could not be pulled from {url}: {e}") from e
+        got = dvc_dir_md5(scratch / "data")
+        if got != md5:
+            raise RuntimeError(f"data version {md5} pulled from {url} hashes to {got}")
+        with atomic_dir(out) as tmp:
+            tmp.rmdir()
+            os.replace(scratch / "data", tmp)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"md5": md5, "fetched": stats.get("stats", {}).get("fetched", 0), "remote": url}

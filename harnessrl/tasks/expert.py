@@ -13,7 +13,7 @@ that turn's calls, so a script reads top to bottom like the conversation it prod
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -212,11 +212,12 @@ def expert_trajectories(
     guessed: frozenset[str] = frozenset(),
     budgets: Budgets | None = None,
     verbose: frozenset[str] = frozenset(),
+    on_done: Callable[[], None] | None = None,
 ) -> list[Trajectory]:
     """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script,
     those in `verbose` verbose summaries where `budgets` has it summarize."""
     policy_for = lambda t: Expert(t, guess_answer=t.id in guessed, verbose_summary=t.id in verbose)
-    return run_tasks(tasks, suite_dir, policy_for, workers=workers, budgets=budgets)
+    return run_tasks(tasks, suite_dir, policy_for, workers=workers, budgets=budgets, on_done=on_done)
 
 
 def success_rates(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -70,16 +70,21 @@ def run_tasks(
     policy_for: Callable[[Task], Policy],
     workers: int = 4,
     budgets: Budgets | None = None,
+    on_done: Callable[[], None] | None = None,
 ) -> list[Trajectory]:
     """Episodes of many tasks, `workers` at a time (threads: the work is in sandboxed subprocesses and
-    the policy). Results keep task order. `policy_for(task)` gives each episode its policy."""
+    the policy). Results keep task order. `policy_for(task)` gives each episode its policy; `on_done`,
+    if given, is called after each episode (from its worker thread), e.g. to show progress."""
     slots = itertools.count()
     local = threading.local()
 
     def one(task: Task) -> Trajectory:
         if not hasattr(local, "uid"):
             local.uid = BASE_UID + next(slots)
-        return run_task(task, suite_dir, policy_for(task), budgets, uid=local.uid)
+        trajectory = run_task(task, suite_dir, policy_for(task), budgets, uid=local.uid)
+        if on_done is not None:
+            on_done()
+        return trajectory
 
     if workers <= 1:
         return [one(t) for t in tasks]

@@ -30,29 +30,44 @@ def launch(target: str, ctx: StageContext, world_size: int) -> dict:
         rank, world = distributed.setup()
         return _resolve(target)(ctx, rank, world)
 
-    spec = ctx.out / ".launch.json"
-    result = ctx.out / ".launch-result.json"
-    fields = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(ctx).items()}
-    spec.write_text(json.dumps({"target": target, "ctx": fields, "result": str(result)}))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={world_size}",
-        "-m",
-        "harnessrl.train.launch",
-        str(spec),
-    ]
+    spec, result = write_spec(target, ctx)
     # One thread per rank: ranks already fill the cores, and oversubscription slows every rank.
     env = os.environ | {"OMP_NUM_THREADS": "1", "HARNESSRL_THREADS": "1"}
-    proc = subprocess.run(cmd, env=env)
+    proc = subprocess.run(torchrun_command(spec, world_size), env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{target} on {world_size} processes failed (exit {proc.returncode})")
     metrics = json.loads(result.read_text())
     spec.unlink()
     result.unlink()
     return metrics
+
+
+def write_spec(target: str, ctx: StageContext) -> tuple[Path, Path]:
+    """The job's description for its ranks, in the output folder every rank sees: (spec, result).
+    Across nodes that folder is shared storage (the pipeline root's PVC)."""
+    spec = ctx.out / ".launch.json"
+    result = ctx.out / ".launch-result.json"
+    fields = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(ctx).items()}
+    spec.write_text(json.dumps({"target": target, "ctx": fields, "result": str(result)}))
+    return spec, result
+
+
+def torchrun_command(
+    spec: Path, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str = "", rdzv_id: str = "harnessrl"
+) -> list[str]:
+    """torchrun running the job's ranks on this node: alone (`--standalone`), or as one of `nnodes`
+    nodes that meet at a c10d rendezvous on `rdzv_endpoint` (host:port), as each node of a TrainJob does."""
+    if nnodes == 1:
+        where = ["--standalone"]
+    else:
+        where = [
+            f"--nnodes={nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id}",
+        ]
+    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc_per_node}",
+            "-m", "harnessrl.train.launch", str(spec)]  # fmt: skip
 
 
 def _worker(spec_path: str) -> None:
