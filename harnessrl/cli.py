@@ -82,8 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-o", "--output", type=Path, default=Path("pipeline.yaml"), help="the IR (default: %(default)s)")
         p.add_argument("--image", help="the tasks' container image, e.g. REPO@sha256:DIGEST (default: infra.image)")
         if name == "submit":
-            p.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kfp.example.com")
+            p.add_argument("--host", help="KFP API endpoint, e.g. https://kfp.example.com (not with --dry-run)")
             p.add_argument("--experiment", help="experiment name (default: harnessrl)")
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="compile, and print the Kubernetes objects the run would create (TrainJobs), submitting nothing",
+            )
 
     p = sub.add_parser("config", help="show, validate or describe the composed config")
     csub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -596,9 +601,22 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from pipelines.remote import submit
+    from pipelines.remote import compile_pipeline, submit
 
     cfg = _cluster_config(args)
+    if args.dry_run:
+        from harnessrl.cluster import trainjob
+
+        compile_pipeline(cfg, args.output, Path.cwd())
+        print(f"# would submit {args.output} ({cfg.name}); the stages would create:")
+        for stage in ("cpt", "sft"):
+            if getattr(cfg.stages, stage).enabled and cfg.training_nodes(stage) > 1:
+                print("---")
+                print(yaml.safe_dump(trainjob.example(stage, cfg.stage_slice(stage)), sort_keys=False), end="")
+        return 0
+    if not args.host:
+        print("harnessrl: error: --host: required to submit (or --dry-run to submit nothing)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     run_id, url = submit(cfg, args.host, args.experiment, Path.cwd(), args.output)
     print(f"run id: {run_id}\nurl: {url}")
     return 0

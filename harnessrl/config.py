@@ -370,6 +370,15 @@ class SecretEnv(Strict):
     env: dict[str, str] = Field(description="secret key -> environment variable")
 
 
+class TrainJobConfig(Strict):
+    """Multi-node CPT and SFT as Kubeflow Trainer TrainJobs (harnessrl/cluster/trainjob.py)."""
+
+    namespace: str = Field("kubeflow", description="where the TrainJobs are created")
+    runtime: str = Field("torch-distributed", description="the ClusterTrainingRuntime they run on")
+    service_account: str = Field("pipeline-runner", description="the training pods' account (IRSA: S3 access)")
+    poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
+
+
 class InfraConfig(Strict):
     name: str
     image: str = Field(description="container image with harnessrl installed, for cluster runs")
@@ -377,6 +386,9 @@ class InfraConfig(Strict):
     pvc: PVCConfig | None = None
     secrets: list[SecretEnv] = []
     resources: dict[str, StageResources] = Field(description="per stage; the key 'default' applies to all")
+    trainjob: TrainJobConfig | None = Field(
+        None, description="how CPT and SFT run past one node; None: they never do (world_size <= GPUs per pod)"
+    )
 
     @model_validator(mode="after")
     def _known_stages(self) -> InfraConfig:
@@ -442,17 +454,24 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _training_fits_one_node(self) -> Config:
-        # Training launches torchrun on the stage's own pod (harnessrl/train/launch.py): one node. More
-        # ranks than that pod has GPUs would never start, so such a recipe is refused, not submitted.
+    def _training_nodes_are_whole(self) -> Config:
+        # Training past one pod's GPUs runs as a TrainJob of whole nodes on the shared PVC; a recipe
+        # that asks for it without either, or for a fraction of a node, would never start: refused.
         for stage in ("cpt", "sft"):
             world, gpus = getattr(self.stages, stage).world_size, self.infra.for_stage(stage).accelerator_count
-            if gpus and world > gpus:
-                raise ValueError(
-                    f"stages.{stage}.world_size: {world} ranks on infra.resources.{stage}'s {gpus} GPUs needs "
-                    f"more than one node, and training runs on one node so far; set it to at most {gpus}"
-                )
+            if not gpus or world <= gpus:
+                continue
+            where = f"stages.{stage}.world_size: {world} ranks on infra.resources.{stage}'s {gpus} GPUs per node"
+            if world % gpus:
+                raise ValueError(f"{where} is not a whole number of nodes")
+            if self.infra.trainjob is None or self.infra.pvc is None:
+                raise ValueError(f"{where} needs a TrainJob: set infra.trainjob and infra.pvc (the shared folder)")
         return self
+
+    def training_nodes(self, stage: str) -> int:
+        """How many nodes CPT's or SFT's ranks span: 1 unless its world_size exceeds its pod's GPUs."""
+        world, gpus = getattr(self.stages, stage).world_size, self.infra.for_stage(stage).accelerator_count
+        return world // gpus if gpus and world > gpus else 1
 
     def enabled_stages(self) -> list[str]:
         """Stage names in chain order; `base` always runs."""
@@ -465,6 +484,12 @@ class Config(Strict):
         if stage == "base":
             return common | {"data": self.data.model_dump()}
         out = common | {"stage": getattr(self.stages, stage).model_dump()}
+        if stage in ("cpt", "sft") and self.training_nodes(stage) > 1:
+            # What the stage needs to create its TrainJob (harnessrl/cluster/trainjob.py).
+            infra = self.infra
+            out |= {"cluster": {"image": infra.image, "resources": infra.for_stage(stage).model_dump(),
+                                "pvc": infra.pvc.model_dump(), "secrets": [s.model_dump() for s in infra.secrets],
+                                "trainjob": infra.trainjob.model_dump(), "nodes": self.training_nodes(stage)}}  # fmt: skip
         if stage in ("rl", "long_horizon"):
             out |= {"reward": self.reward.model_dump()}
         if stage in ("rl", "long_horizon", "eval"):

@@ -81,7 +81,12 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
             if prev is not None:
                 args["parent"] = prev.outputs["checkpoint"]
             task = components[stage](**args).set_display_name(stage)
-            schedule(task, cfg.infra.for_stage(stage), cfg.infra)
+            res = cfg.infra.for_stage(stage)
+            if stage in ("cpt", "sft") and cfg.training_nodes(stage) > 1:
+                # Its TrainJob's pods hold the GPUs (harnessrl/cluster/trainjob.py); this task only
+                # creates the TrainJob and waits, on the default pool, as long as the stage may take.
+                res = cfg.infra.for_stage("default").model_copy(update={"timeout_s": res.timeout_s})
+            schedule(task, res, cfg.infra)
             prev = task
         return prev.outputs[OUTPUT_NAME[stage]]
 

@@ -99,26 +99,26 @@ def test_disabled_stage_is_bridged_to_the_previous_enabled_one(tmp_path: Path) -
 
 
 def test_gpu_recipe_compiles_kubernetes_settings_from_config(tmp_path: Path) -> None:
-    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b")
+    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b")  # SFT on one 8-GPU node (CPT: a TrainJob)
     cfg = compose(["recipe=qwen_coder_7b"])
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    cpt = k8s["exec-cpt"]
-    want = cfg.infra.for_stage("cpt")
-    assert cpt["nodeSelector"]["labels"] == want.node_selector
-    assert cpt["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert cpt["emptyDirMounts"] == [
+    sft = k8s["exec-sft"]
+    want = cfg.infra.for_stage("sft")
+    assert sft["nodeSelector"]["labels"] == want.node_selector
+    assert sft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert sft["emptyDirMounts"] == [
         {"medium": "Memory", "mountPath": "/dev/shm", "sizeLimit": "64Gi", "volumeName": "dshm"}
     ]
-    assert cpt["pvcMount"][0]["mountPath"] == "/models"
-    assert cpt["secretAsEnv"][0]["secretName"] == "harnessrl-s3"
-    assert cpt["activeDeadlineSeconds"] == str(want.timeout_s)
+    assert sft["pvcMount"][0]["mountPath"] == "/models"
+    assert sft["secretAsEnv"][0]["secretName"] == "harnessrl-s3"
+    assert sft["activeDeadlineSeconds"] == str(want.timeout_s)
 
-    container = spec["deploymentSpec"]["executors"]["exec-cpt"]["container"]
+    container = spec["deploymentSpec"]["executors"]["exec-sft"]["container"]
     assert container["image"] == cfg.infra.image
     res = container["resources"]
     assert res["accelerator"]["resourceType"] == "nvidia.com/gpu" and res["accelerator"]["resourceCount"] == "8"
     assert res["resourceCpuRequest"] == "96" and res["resourceMemoryRequest"] == "1600G"
-    assert spec["root"]["dag"]["tasks"]["cpt"]["retryPolicy"]["maxRetryCount"] == 2
+    assert spec["root"]["dag"]["tasks"]["sft"]["retryPolicy"]["maxRetryCount"] == 2
     assert spec["defaultPipelineRoot"] == cfg.infra.pipeline_root
     # The image already has harnessrl: no pip install of kfp at task start.
     assert "pip install" not in " ".join(container["command"])

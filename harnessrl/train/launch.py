@@ -1,8 +1,9 @@
-"""Run a training job on 1 process in-process, or on N processes through torchrun.
+"""Run a training job on 1 process in-process, on N processes through torchrun, or across nodes.
 
-A job is `module:function(ctx, rank, world) -> metrics`, the same function either way, so the
-single-process path and the multi-process path cannot drift apart. Rank 0's metrics come back.
-On a cluster, multi-node jobs run the same entry point under Kubeflow Trainer.
+A job is `module:function(ctx, rank, world) -> metrics`, the same function in all three places, so
+the paths cannot drift apart. Rank 0's metrics come back. A stage whose config slice has a `cluster`
+part (its world_size spans several nodes) runs as a Kubeflow Trainer TrainJob
+(harnessrl/cluster/trainjob.py), whose pods run torchrun on this module's `_worker`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def _resolve(target: str) -> Callable[[StageContext, int, int], dict]:
 
 
 def launch(target: str, ctx: StageContext, world_size: int) -> dict:
+    if "cluster" in ctx.cfg:
+        from harnessrl.cluster import trainjob
+
+        return trainjob.run(target, ctx, world_size)
     if world_size == 1:
         rank, world = distributed.setup()
         return _resolve(target)(ctx, rank, world)
