@@ -173,6 +173,15 @@ class MonitorConfig(Strict):
     stop_on_alarm: bool = Field(False, description="an alarm stops the run (HackAlarm)")
 
 
+class Placement(Strict):
+    """Where the async fleet's actors run: the Ray resources each asks for. On KubeRay each worker
+    group advertises a custom resource of its own (harnessrl/cluster/rayjob.py), so an actor that asks
+    for it lands in that group's node pool. "GPU" and "CPU" are Ray's own resources."""
+
+    rollout: dict[str, float] = Field({}, description="per rollout worker, e.g. {rollout: 1, GPU: 1}")
+    env: dict[str, float] = Field({}, description="per environment worker, e.g. {env: 1}")
+
+
 class RLConfig(Strict):
     """Policy-gradient RL in the harness (GRPO family)."""
 
@@ -213,6 +222,7 @@ class RLConfig(Strict):
     trainer_world_size: int = Field(
         1, gt=0, description="DeepSpeed ranks of the RL trainer; only 1 so far (a larger value is refused)"
     )
+    placement: Placement = Field(default_factory=Placement, description="async only: where the actors run")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
@@ -228,9 +238,10 @@ class RLConfig(Strict):
         # A field that would be ignored is refused, so a recipe runs the way it reads.
         if self.mode == "sync":
             idle = [f"{f}={getattr(self, f)}" for f in ("rollout_workers", "env_workers") if getattr(self, f) > 1]
+            idle += [f"placement.{k}" for k, v in self.placement.model_dump().items() if v]
             if idle:
-                raise ValueError(f"{' and '.join(idle)} need mode=async: a sync run has no workers, so set "
-                                 "mode: async or set them to 1")  # fmt: skip
+                raise ValueError(f"{' and '.join(idle)} take effect only in mode async (a sync run has no Ray "
+                                 "workers): set mode: async, or leave them at their defaults")  # fmt: skip
         if self.trainer_world_size > 1:
             raise ValueError(f"trainer_world_size={self.trainer_world_size}: the RL trainer runs on one rank "
                              "so far (multi-rank RL training is not built yet); set it to 1")  # fmt: skip

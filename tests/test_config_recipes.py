@@ -73,8 +73,9 @@ BAD_OVERRIDES = [
     ("stages.long_horizon.context=compact", "stages.long_horizon.context", "'none', 'truncate' or 'summarize'"),
     ("stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks", "needs the long-horizon stage"),
     # Settings that would do nothing are refused, naming the field.
-    ("stages.rl.rollout_workers=4", "stages.rl", "rollout_workers=4 need mode=async"),
-    ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 need mode=async"),
+    ("stages.rl.rollout_workers=4", "stages.rl", "rollout_workers=4 take effect only in mode async"),
+    ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 take effect only in mode async"),
+    ("+stages.rl.placement.env.env=1", "stages.rl", "placement.env take effect only in mode async"),
     ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8: the RL trainer runs on one rank"),
 ]
 

@@ -84,6 +84,10 @@ class RolloutWorker:
     def set_weights(self, version: int, blob: bytes) -> int:
         return self._on_engine_thread(self.engine.set_weights, version, blob)
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on: where placement put it."""
+        return ray.get_runtime_context().get_node_id()
+
     def interrupts(self) -> int:
         """Batches its engine cut short for new weights, so far. In the default concurrency group:
         in "weights" the loop's per-step read would queue behind the sync it just sent."""
@@ -150,6 +154,9 @@ class EnvWorker:
             {"trajectory": tr.model_dump(mode="json"), "version": versions.get(i, oldest)} for i, tr in enumerate(trajs)
         ]
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     def stop(self) -> None:
         self._stopping.set()
 
@@ -175,6 +182,20 @@ def start_ray(ray_dir: Path | str, num_cpus: int | None = None, **init_kwargs) -
     ray_dir.mkdir(parents=True, exist_ok=True)
     ray.init(num_cpus=num_cpus or len(os.sched_getaffinity(0)), _temp_dir=str(ray_dir), **kwargs)
     return True
+
+
+def actor_options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray actor options for a placement (config.Placement): Ray's own CPU and GPU go by name, custom
+    resources (a KubeRay worker group's) under `resources`."""
+    options: dict[str, Any] = {}
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
+    if "CPU" in resources:
+        options["num_cpus"] = resources["CPU"]
+    if "GPU" in resources:
+        options["num_gpus"] = resources["GPU"]
+    if custom:
+        options["resources"] = custom
+    return options
 
 
 class RayRollouts:
@@ -209,14 +230,14 @@ class RayRollouts:
                 f"stages.rl.env_workers: {cfg.env_workers} workers x {slots} concurrent episodes need more "
                 f"sandbox uids than {BASE_UID}..{UID_LIMIT} holds"
             )
+        rollout_options = actor_options(cfg.placement.rollout) | (rollout_options or {})
+        env_options = actor_options(cfg.placement.env) | (env_options or {})
         self.rollout_workers = [
-            RolloutWorker.options(**(rollout_options or {})).remote(
-                str(model_path), dtype, cfg.temperature, engine, threads
-            )
+            RolloutWorker.options(**rollout_options).remote(str(model_path), dtype, cfg.temperature, engine, threads)
             for _ in range(cfg.rollout_workers)
         ]
         self.env_workers = [
-            EnvWorker.options(max_concurrency=per_worker + 1, **(env_options or {})).remote(
+            EnvWorker.options(max_concurrency=per_worker + 1, **env_options).remote(
                 str(suite_dir), tok, context, cfg, budgets, self.rollout_workers, BASE_UID + w * slots, slots
             )
             for w in range(cfg.env_workers)
