@@ -41,6 +41,10 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     from harnessrl.tasks import Task
     from harnessrl.tasks.run import BASE_UID
 
+    if "rayjob" in ctx.cfg:  # on a cluster, async: the fleet and this loop run as a RayJob on KubeRay
+        from harnessrl.cluster import rayjob
+
+        return rayjob.run(tag, ctx)
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     engine = EngineConfig.model_validate(ctx.cfg["engine"])
     check_installed(engine.kind)

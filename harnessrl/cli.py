@@ -605,14 +605,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     cfg = _cluster_config(args)
     if args.dry_run:
-        from harnessrl.cluster import trainjob
+        from harnessrl.cluster import rayjob, trainjob
 
         compile_pipeline(cfg, args.output, Path.cwd())
         print(f"# would submit {args.output} ({cfg.name}); the stages would create:")
-        for stage in ("cpt", "sft"):
-            if getattr(cfg.stages, stage).enabled and cfg.training_nodes(stage) > 1:
+        for stage in cfg.enabled_stages():
+            if cfg.runs_as_job(stage):
+                job = trainjob if stage in ("cpt", "sft") else rayjob
                 print("---")
-                print(yaml.safe_dump(trainjob.example(stage, cfg.stage_slice(stage)), sort_keys=False), end="")
+                print(yaml.safe_dump(job.example(stage, cfg.stage_slice(stage)), sort_keys=False), end="")
         return 0
     if not args.host:
         print("harnessrl: error: --host: required to submit (or --dry-run to submit nothing)", file=sys.stderr)

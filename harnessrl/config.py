@@ -390,6 +390,34 @@ class TrainJobConfig(Strict):
     poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
 
 
+class RayGroup(Strict):
+    """One group of a KubeRay cluster's pods, and the Ray resources each advertises."""
+
+    replicas: int = Field(1, gt=0)
+    resources: dict[str, float] = Field(
+        {}, description="custom Ray resources each pod advertises, e.g. {rollout: 1}: what RL's placement asks for"
+    )
+    gpus: int = Field(0, ge=0, description="nvidia.com/gpu per pod")
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str | None = Field(None, description="a memory-backed /dev/shm, e.g. '64Gi' (vLLM, NCCL)")
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+
+
+class RayJobConfig(Strict):
+    """Async RL on a cluster: a RayJob on KubeRay (harnessrl/cluster/rayjob.py). The driver, which is
+    the RL trainer, runs on the head; the rollout and environment workers on the worker groups."""
+
+    namespace: str = "kubeflow"
+    ray_version: str = Field(description="the Ray in infra.image, which KubeRay must know")
+    service_account: str = Field("pipeline-runner", description="the Ray pods' account (IRSA: S3 access)")
+    ttl_s_after_finished: int = Field(600, ge=0, description="how long the finished RayJob's cluster stays, for logs")
+    poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
+    head: RayGroup = Field(description="the driver's pod: the RL trainer")
+    workers: dict[str, RayGroup] = Field(description="worker groups by name, e.g. rollout and env")
+
+
 class InfraConfig(Strict):
     name: str
     image: str = Field(description="container image with harnessrl installed, for cluster runs")
@@ -400,6 +428,7 @@ class InfraConfig(Strict):
     trainjob: TrainJobConfig | None = Field(
         None, description="how CPT and SFT run past one node; None: they never do (world_size <= GPUs per pod)"
     )
+    rayjob: RayJobConfig | None = Field(None, description="how async RL runs on a cluster; None: in the stage's pod")
 
     @model_validator(mode="after")
     def _known_stages(self) -> InfraConfig:
@@ -479,6 +508,37 @@ class Config(Strict):
                 raise ValueError(f"{where} needs a TrainJob: set infra.trainjob and infra.pvc (the shared folder)")
         return self
 
+    @model_validator(mode="after")
+    def _rayjob_places_every_actor(self) -> Config:
+        # A RayJob runs the async RL stages; a placement that no worker group advertises would leave
+        # its actors pending forever, and a RayJob config with no async stage would do nothing.
+        if self.infra.rayjob is None:
+            return self
+        if self.infra.pvc is None:
+            raise ValueError("infra.rayjob needs infra.pvc: the shared folder its pods and the stage exchange files in")
+        async_stages = [s for s in ("rl", "long_horizon") if self.stage_runs_as_rayjob(s)]
+        if not async_stages:
+            raise ValueError("infra.rayjob: no enabled RL stage runs in mode async, so no RayJob would be created; "
+                             "set infra.rayjob=null or mode: async")  # fmt: skip
+        offered = {r for g in self.infra.rayjob.workers.values() for r in g.resources}
+        for stage in async_stages:
+            for kind, wanted in getattr(self.stages, stage).placement.model_dump().items():
+                missing = sorted(set(wanted) - {"CPU", "GPU"} - offered)
+                if missing:
+                    raise ValueError(f"stages.{stage}.placement.{kind}: no infra.rayjob worker group advertises "
+                                     f"{missing} (they offer {sorted(offered)})")  # fmt: skip
+        return self
+
+    def stage_runs_as_rayjob(self, stage: str) -> bool:
+        st = getattr(self.stages, stage)
+        return self.infra.rayjob is not None and st.enabled and st.mode == "async"
+
+    def runs_as_job(self, stage: str) -> bool:
+        """Whether the stage's work runs in a Kubernetes job (TrainJob or RayJob) that its pod waits on."""
+        if stage in ("cpt", "sft"):
+            return self.training_nodes(stage) > 1
+        return stage in ("rl", "long_horizon") and self.stage_runs_as_rayjob(stage)
+
     def training_nodes(self, stage: str) -> int:
         """How many nodes CPT's or SFT's ranks span: 1 unless its world_size exceeds its pod's GPUs."""
         world, gpus = getattr(self.stages, stage).world_size, self.infra.for_stage(stage).accelerator_count
@@ -503,6 +563,13 @@ class Config(Strict):
                                 "trainjob": infra.trainjob.model_dump(), "nodes": self.training_nodes(stage)}}  # fmt: skip
         if stage in ("rl", "long_horizon"):
             out |= {"reward": self.reward.model_dump()}
+            if self.stage_runs_as_rayjob(stage):
+                # What the stage needs to create its RayJob (harnessrl/cluster/rayjob.py).
+                infra = self.infra
+                out |= {"rayjob": {"image": infra.image, "pvc": infra.pvc.model_dump(),
+                                   "secrets": [s.model_dump() for s in infra.secrets],
+                                   "timeout_s": infra.for_stage(stage).timeout_s,
+                                   "rayjob": infra.rayjob.model_dump()}}  # fmt: skip
         if stage in ("rl", "long_horizon", "eval"):
             out |= {"engine": self.engine.model_dump()}
         return out

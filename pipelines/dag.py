@@ -82,9 +82,9 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
                 args["parent"] = prev.outputs["checkpoint"]
             task = components[stage](**args).set_display_name(stage)
             res = cfg.infra.for_stage(stage)
-            if stage in ("cpt", "sft") and cfg.training_nodes(stage) > 1:
-                # Its TrainJob's pods hold the GPUs (harnessrl/cluster/trainjob.py); this task only
-                # creates the TrainJob and waits, on the default pool, as long as the stage may take.
+            if cfg.runs_as_job(stage):
+                # Its TrainJob's or RayJob's pods hold the GPUs (harnessrl/cluster/); this task only
+                # creates the job and waits, on the default pool, as long as the stage may take.
                 res = cfg.infra.for_stage("default").model_copy(update={"timeout_s": res.timeout_s})
             schedule(task, res, cfg.infra)
             prev = task

@@ -70,6 +70,30 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "data": data, "base": root / "base"}
 
 
+def stage_on_base(tiny_base: dict[str, Path], stage: str, out: Path, overrides: list[str]) -> None:
+    """One training stage, as its KFP component runs it, on the smoke data and base checkpoint."""
+    import importlib
+
+    from harnessrl.config import compose
+    from harnessrl.stage import run_stage
+
+    module = importlib.import_module(f"components.{'long_horizon_rl' if stage == 'long_horizon' else stage}")
+    cfg = json.dumps(compose(overrides).stage_slice(stage))
+    run_stage(stage, module.work, cfg, str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out))
+
+
+@pytest.fixture
+def kube_api(monkeypatch: pytest.MonkeyPatch):
+    """Install a fake Kubernetes custom-objects API for the stages that create jobs (harnessrl/cluster)."""
+    from harnessrl.cluster import kube
+
+    def install(api):
+        monkeypatch.setattr(kube, "kube_api", lambda: api)
+        return api
+
+    return install
+
+
 @pytest.fixture(scope="session")
 def default_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default recipe's data folder, built once per session (about a minute: every SFT

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.cluster import trainjob
+from harnessrl.cluster import kube, trainjob
 from harnessrl.config import ConfigError, compose
 from harnessrl.metrics import read_metrics
-from harnessrl.stage import run_stage
 from harnessrl.train import distributed
-from tests.conftest import SMOKE
+from tests.conftest import SMOKE, stage_on_base
 
 TWO_NODES = ["stages.cpt.world_size=2", "stages.cpt.zero_stage=2", "stages.cpt.micro_batch_size=2"]
 
@@ -26,7 +25,7 @@ TWO_NODES = ["stages.cpt.world_size=2", "stages.cpt.zero_stage=2", "stages.cpt.m
 def on_cluster(pvc: Path, *more: str) -> list[str]:
     """The smoke recipe on the GPU cluster's infra, one GPU per node, the shared PVC in `pvc`."""
     return [*SMOKE, "infra=gpu_cluster", f"infra.pvc.mount_path={pvc}", "infra.resources.cpt.accelerator_count=1",
-            "infra.trainjob.poll_s=0.2", *TWO_NODES, *more]  # fmt: skip
+            "infra.trainjob.poll_s=0.2", "infra.rayjob=null", *TWO_NODES, *more]  # fmt: skip
 
 
 class FakeKube:
@@ -74,28 +73,11 @@ class FakeKube:
         self.calls.append(("delete", namespace, name))
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch):
-    def install(mode: str = "run") -> FakeKube:
-        kube = FakeKube(mode)
-        monkeypatch.setattr(trainjob, "kube_api", lambda: kube)
-        return kube
-
-    return install
-
-
-def cpt(tiny_base: dict, out: Path, overrides: list[str]) -> None:
-    from components.cpt import work
-
-    cfg = compose(overrides).stage_slice("cpt")
-    run_stage("cpt", work, json.dumps(cfg), str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out))
-
-
 def test_the_gpu_recipes_trainjob_validates_and_carries_its_settings() -> None:
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 
     cfg = compose(["recipe=qwen_coder_7b"])
-    cluster = trainjob.Cluster.from_slice(cfg.stage_slice("cpt")["cluster"])
+    cluster = trainjob.Cluster.model_validate(cfg.stage_slice("cpt")["cluster"])
     body = trainjob.manifest("harnessrl-cpt-0", cluster, cfg.stages.cpt.world_size, Path("/models/j/out/.launch.json"))
     TrainerV1alpha1TrainJob.from_dict(body)  # the Trainer API's own model takes it back
     spec, res = body["spec"], cfg.infra.for_stage("cpt")
@@ -126,8 +108,12 @@ def test_the_compiled_stage_only_creates_and_waits_on_the_default_pool(tmp_path:
 
     assert main(["compile", "recipe=qwen_coder_7b", "-o", str(tmp_path / "p.yaml")]) == 0
     spec, platform = yaml.safe_load_all((tmp_path / "p.yaml").read_text())
-    cpt_pod = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-cpt"]
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    cpt_pod = executors["exec-cpt"]
     assert cpt_pod["nodeSelector"]["labels"] == {"harnessrl.io/pool": "cpu"}  # no GPUs for the waiter
+    for stage in ("rl", "long-horizon"):  # the RL stages wait on their RayJobs there too
+        assert executors[f"exec-{stage}"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "cpu"}
+    assert executors["exec-sft"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "gpu-h100"}  # one node: itself
     assert "accelerator" not in spec["deploymentSpec"]["executors"]["exec-cpt"]["container"].get("resources", {})
     assert cpt_pod["pvcMount"][0]["mountPath"] == "/models"  # it stages the job's files on the PVC
     assert cpt_pod["activeDeadlineSeconds"] == "172800"
@@ -141,11 +127,11 @@ def test_whole_nodes_and_a_trainjob_are_required_past_one_node() -> None:
     assert "cluster" not in compose(["recipe=qwen_coder_7b"]).stage_slice("sft")  # 8 ranks: one node
 
 
-def test_a_two_node_trainjob_trains_as_one_node_with_two_ranks(tiny_base: dict, tmp_path: Path, fake) -> None:
-    cpt(tiny_base, tmp_path / "local", [*SMOKE, *TWO_NODES])  # torchrun on this node, 2 ranks
-    kube = fake("run")
-    cpt(tiny_base, tmp_path / "job", on_cluster(tmp_path / "pvc"))
-    assert [c[0] for c in kube.calls][:2] == ["create", "get"] and kube.calls[-1][0] == "get"
+def test_a_two_node_trainjob_trains_as_one_node_with_two_ranks(tiny_base: dict, tmp_path: Path, kube_api) -> None:
+    stage_on_base(tiny_base, "cpt", tmp_path / "local", [*SMOKE, *TWO_NODES])  # torchrun on this node, 2 ranks
+    api = kube_api(FakeKube("run"))
+    stage_on_base(tiny_base, "cpt", tmp_path / "job", on_cluster(tmp_path / "pvc"))
+    assert [c[0] for c in api.calls][:2] == ["create", "get"] and api.calls[-1][0] == "get"
     assert [m["loss"] for m in read_metrics(tmp_path / "job" / "metrics.jsonl")] == pytest.approx(
         [m["loss"] for m in read_metrics(tmp_path / "local" / "metrics.jsonl")], abs=1e-6
     )
@@ -154,26 +140,28 @@ def test_a_two_node_trainjob_trains_as_one_node_with_two_ranks(tiny_base: dict, 
     assert list((tmp_path / "pvc" / "harnessrl-jobs").iterdir()) == []  # the job's folder is removed
 
 
-def test_a_failed_trainjob_fails_the_stage_with_its_reason(tiny_base: dict, tmp_path: Path, fake) -> None:
-    kube = fake("fail")
+def test_a_failed_trainjob_fails_the_stage_with_its_reason(tiny_base: dict, tmp_path: Path, kube_api) -> None:
+    api = kube_api(FakeKube("fail"))
     with pytest.raises(RuntimeError, match=r"failed: FailedScheduling: 0/3 nodes have 1 free nvidia\.com/gpu"):
-        cpt(tiny_base, tmp_path / "job", on_cluster(tmp_path / "pvc"))
+        stage_on_base(tiny_base, "cpt", tmp_path / "job", on_cluster(tmp_path / "pvc"))
     assert not (tmp_path / "job").exists()  # no half-written checkpoint
-    assert "delete" not in [c[0] for c in kube.calls]  # Trainer keeps a failed job for its logs
+    assert "delete" not in [c[0] for c in api.calls]  # Trainer keeps a failed job for its logs
 
 
-def test_past_the_deadline_the_trainjob_is_deleted(tiny_base: dict, tmp_path: Path, fake) -> None:
-    kube = fake("hang")
+def test_past_the_deadline_the_trainjob_is_deleted(tiny_base: dict, tmp_path: Path, kube_api) -> None:
+    api = kube_api(FakeKube("hang"))
     with pytest.raises(TimeoutError, match="did not finish in 1 s"):
-        cpt(tiny_base, tmp_path / "job", on_cluster(tmp_path / "pvc", "infra.resources.cpt.timeout_s=1"))
-    assert kube.calls[-1][0] == "delete" and kube.calls[-1][2] == kube.calls[0][2]
+        stage_on_base(
+            tiny_base, "cpt", tmp_path / "job", on_cluster(tmp_path / "pvc", "infra.resources.cpt.timeout_s=1")
+        )
+    assert api.calls[-1][0] == "delete" and api.calls[-1][2] == api.calls[0][2]
 
 
-def test_a_cancelled_stage_deletes_its_trainjob(tiny_base: dict, tmp_path: Path, fake) -> None:
-    kube = fake("cancel")
-    with pytest.raises(trainjob.Cancelled):
-        cpt(tiny_base, tmp_path / "job", on_cluster(tmp_path / "pvc"))
-    assert [c[0] for c in kube.calls] == ["create", "get", "get", "delete"]
+def test_a_cancelled_stage_deletes_its_trainjob(tiny_base: dict, tmp_path: Path, kube_api) -> None:
+    api = kube_api(FakeKube("cancel"))
+    with pytest.raises(kube.Cancelled):
+        stage_on_base(tiny_base, "cpt", tmp_path / "job", on_cluster(tmp_path / "pvc"))
+    assert [c[0] for c in api.calls] == ["create", "get", "get", "delete"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the stage's handler is put back
 
 
@@ -184,7 +172,11 @@ def test_submit_dry_run_prints_the_trainjobs_and_submits_nothing(tmp_path: Path,
 
     assert main(["submit", "--dry-run", "--recipe", "qwen_coder_7b", "-o", str(tmp_path / "p.yaml")]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("TrainJob", "harnessrl-cpt-<run>")]  # SFT: one node
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("TrainJob", "harnessrl-cpt-<run>"),  # SFT fits one node: no TrainJob
+        ("RayJob", "harnessrl-rl-<run>"),
+        ("RayJob", "harnessrl-long-horizon-<run>"),
+    ]
     assert (tmp_path / "p.yaml").is_file()
     assert main(["submit", "--recipe", "qwen_coder_7b", "-o", str(tmp_path / "p.yaml")]) == 2  # no --host
     assert "--host: required" in capsys.readouterr().err

@@ -97,4 +97,4 @@ def test_submit_creates_experiment_and_run_with_the_compiled_pipeline(kfp_api: s
         "evaluate",
     }
     executors = spec["platform_spec"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert executors["exec-rl"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "gpu-h100"}
+    assert executors["exec-sft"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "gpu-h100"}

@@ -21,7 +21,7 @@ from harnessrl.stage import StageContext
 from harnessrl.train import distributed
 
 
-def _resolve(target: str) -> Callable[[StageContext, int, int], dict]:
+def resolve(target: str) -> Callable[..., dict]:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -33,7 +33,7 @@ def launch(target: str, ctx: StageContext, world_size: int) -> dict:
         return trainjob.run(target, ctx, world_size)
     if world_size == 1:
         rank, world = distributed.setup()
-        return _resolve(target)(ctx, rank, world)
+        return resolve(target)(ctx, rank, world)
 
     spec, result = write_spec(target, ctx)
     # One thread per rank: ranks already fill the cores, and oversubscription slows every rank.
@@ -75,16 +75,22 @@ def torchrun_command(
             "-m", "harnessrl.train.launch", str(spec)]  # fmt: skip
 
 
+def read_spec(spec_path: str | Path) -> tuple[str, StageContext, Path]:
+    """What `write_spec` wrote: (target, ctx, result path)."""
+    spec = json.loads(Path(spec_path).read_text())
+    ctx = StageContext(**{k: (v if k == "cfg" or v is None else Path(v)) for k, v in spec["ctx"].items()})
+    return spec["target"], ctx, Path(spec["result"])
+
+
 def _worker(spec_path: str) -> None:
     import torch
 
-    spec = json.loads(Path(spec_path).read_text())
-    ctx = StageContext(**{k: (v if k == "cfg" or v is None else Path(v)) for k, v in spec["ctx"].items()})
+    target, ctx, result = read_spec(spec_path)
     torch.set_num_threads(1)
     rank, world = distributed.setup()
-    metrics = _resolve(spec["target"])(ctx, rank, world)
+    metrics = resolve(target)(ctx, rank, world)
     if rank == 0:
-        Path(spec["result"]).write_text(json.dumps(metrics))
+        result.write_text(json.dumps(metrics))
     distributed.finish(exit_process=True)
 
 
