@@ -9,6 +9,7 @@ repo gets no .terraform/ or lock file. Without the terraform binary or the mirro
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -153,3 +154,57 @@ def test_platform_defaults_match_harnessrl_conf():
     gpu_pools = {r["node_selector"]["harnessrl.io/pool"] for r in conf["resources"].values() if r.get("tolerations")}
     assert default("gpu_pools") == "[" + ", ".join(f'"{p}"' for p in sorted(gpu_pools)) + "]"
     assert default("gpu_taint_key") == f'"{conf["resources"]["cpt"]["tolerations"][0]["key"]}"'
+
+
+def mocked_outputs(tf) -> dict:
+    """`terraform output -json`'s shape, from the mocked provider's plan: the outputs known at plan."""
+    out = _ok(tf("aws", "test", "-json", "-verbose", "-filter=tests/harnessrl_config.tftest.hcl"))
+    plans = [m["test_plan"] for m in map(json.loads, out.splitlines()) if m.get("type") == "test_plan"]
+    changes = plans[0]["output_changes"]
+    return {k: {"value": v["after"], "type": "string", "sensitive": False} for k, v in changes.items() if "after" in v}
+
+
+def test_infra_import_turns_the_outputs_into_valid_config_groups(tf, tmp_path: Path, capsys) -> None:
+    from harnessrl.cli import main
+    from harnessrl.config import CONF_DIR, InfraConfig, StoreConfig
+
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(mocked_outputs(tf)))
+    conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
+    assert main(["infra", "import", str(outputs), "--conf-dir", str(conf)]) == 0
+    assert "infra=harnessrl store=harnessrl" in capsys.readouterr().out  # named for the cluster
+    infra = InfraConfig.model_validate(yaml.safe_load((conf / "infra" / "harnessrl.yaml").read_text()))
+    store = StoreConfig.model_validate(yaml.safe_load((conf / "store" / "harnessrl.yaml").read_text()))
+    base = InfraConfig.model_validate(yaml.safe_load((CONF_DIR / "infra" / "gpu_cluster.yaml").read_text()))
+    # With the module's defaults the cluster is what gpu_cluster.yaml already says; what Terraform does
+    # not decide (GPU counts, the image, the jobs) comes from that base.
+    assert infra.model_dump(exclude={"name"}) == base.model_dump(exclude={"name"}) and infra.name == "harnessrl"
+    assert (store.uri, store.data_remote, store.region) == ("s3://harnessrl-artifacts/checkpoints",
+                                                            "s3://harnessrl-artifacts/dvc", "us-east-1")  # fmt: skip
+    # Importing again changes nothing; a file edited since is not overwritten without --force.
+    assert main(["infra", "import", str(outputs), "--conf-dir", str(conf)]) == 0
+    (conf / "store" / "harnessrl.yaml").write_text("uri: edited\n")
+    assert main(["infra", "import", str(outputs), "--conf-dir", str(conf)]) == 2
+    assert "exists with other content; pass --force" in capsys.readouterr().err
+    assert (conf / "store" / "harnessrl.yaml").read_text() == "uri: edited\n"
+    assert main(["infra", "import", str(outputs), "--conf-dir", str(conf), "--force"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("document", "error"),
+    [
+        ("{not json", "Expecting property name"),
+        ('{"cluster_name": {"value": "c1"}}', "no output 'harnessrl_config'"),
+        ('{"cluster_name": {"value": "c1"}, "harnessrl_config": {"value": "infra: {resources: {cpt: {cpu: [8]}}}"}}',
+         "infra.resources.cpt.cpu: Input should be a valid string"),
+    ],
+)  # fmt: skip
+def test_infra_import_refuses_bad_outputs_naming_the_place(tmp_path: Path, capsys, document: str, error: str) -> None:
+    from harnessrl.cli import main
+    from harnessrl.config import CONF_DIR
+
+    (tmp_path / "o.json").write_text(document)
+    conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
+    assert main(["infra", "import", str(tmp_path / "o.json"), "--conf-dir", str(conf)]) == 2
+    assert error in capsys.readouterr().err
+    assert not (conf / "infra" / "c1.yaml").exists()
