@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     pb = dsub.add_parser("build", help=text, description=f"{text[0].upper()}{text[1:]}; e.g. --recipe qwen_coder_7b.")
     _add_overrides(pb)
     pb.add_argument("-o", "--output", type=Path, help="default: data.dir/<name>-<config hash>")
+    pb.add_argument("--push", action="store_true", help="then push it, as `harnessrl data push` does")
+    _add_remote_args(pb)
 
     # -- tasks and tools: suites of tasks, and the harness's tools run by hand ----------------------
     from harnessrl.tasks.suites import SUITES
@@ -208,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- lineage, data push/pull
 
 
+def _add_remote_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", help="override store.data_remote: a local directory or s3://bucket/prefix")
+    p.add_argument("--endpoint-url", help="override store.endpoint_url (S3-compatible server)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="the git+DVC repo root (default: .)")
+
+
 def _add_lineage_and_data_remote(sub: argparse._SubParsersAction, dsub: argparse._SubParsersAction) -> None:
     for name, text in (
         ("push", "dvc add the data config's folder (writing its .dvc pointer) and push it to the remote"),
@@ -215,9 +223,7 @@ def _add_lineage_and_data_remote(sub: argparse._SubParsersAction, dsub: argparse
     ):
         pd = dsub.add_parser(name, help=text, description=f"{text} (store.data_remote: a directory or s3://...)")
         _add_overrides(pd)
-        pd.add_argument("--remote", help="override store.data_remote: a local directory or s3://bucket/prefix")
-        pd.add_argument("--endpoint-url", help="override store.endpoint_url (S3-compatible server)")
-        pd.add_argument("--repo", type=Path, default=Path("."), help="the git+DVC repo root (default: .)")
+        _add_remote_args(pd)
 
     p = sub.add_parser(
         "lineage",
@@ -285,7 +291,7 @@ def _cmd_data_remote(args: argparse.Namespace) -> int:
     url = args.remote or store.data_remote
     folder = data_folder(cfg.data, args.repo)
     try:
-        if args.data_command == "push":
+        if args.data_command in ("push", "build"):
             r = remote.push(args.repo, folder, url, store)
             print(f"pushed {folder} (md5 {r['md5']}, {r['pushed']} new objects) to {r['remote']}")
             print(f"commit {remote.dvc_file(folder)}: compile and submit take the data version from it")
@@ -643,10 +649,13 @@ def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command in ("push", "pull"):
         return _cmd_data_remote(args)
     cfg = compose(args.overrides)
-    out = args.output or data_folder(cfg.data)
+    if args.push and args.output:
+        print("harnessrl: error: --push pushes the data config's own folder; drop -o", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = args.output or data_folder(cfg.data, args.repo)
     build(cfg.data, out, progress=True)
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
-    return 0
+    return _cmd_data_remote(args) if args.push else 0
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:

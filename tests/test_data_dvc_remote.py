@@ -111,3 +111,14 @@ def test_pull_without_data_dvc_is_bad_input(tmp_path: Path, capsys: pytest.Captu
     assert main(["data", "pull", "--repo", str(repo), *SMOKE]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{smoke_folder(repo).name}.dvc: not found" in err
+
+
+def test_build_push_builds_then_pushes_in_one_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "site-cache"))
+    repo = git_repo(tmp_path / "repo")
+    assert main(["data", "build", "--push", "--repo", str(repo), *SMOKE]) == 0
+    folder = smoke_folder(repo)
+    out = capsys.readouterr().out
+    assert f"built {folder}" in out and f"pushed {folder}" in out
+    assert yaml.safe_load(folder.with_name(folder.name + ".dvc").read_text())["outs"][0]["md5"] == dvc_dir_md5(folder)
+    assert main(["data", "build", "--push", "-o", str(tmp_path / "x"), *SMOKE]) == 2
