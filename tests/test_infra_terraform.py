@@ -154,6 +154,11 @@ def test_platform_defaults_match_harnessrl_conf():
     gpu_pools = {r["node_selector"]["harnessrl.io/pool"] for r in conf["resources"].values() if r.get("tolerations")}
     assert default("gpu_pools") == "[" + ", ".join(f'"{p}"' for p in sorted(gpu_pools)) + "]"
     assert default("gpu_taint_key") == f'"{conf["resources"]["cpt"]["tolerations"][0]["key"]}"'
+    # The TrainJob runtime and Trainer release the components use; the Ray that KubeRay runs.
+    assert default("trainer_runtime") == f'"{conf["trainjob"]["runtime"]}"'
+    import importlib.metadata
+
+    assert default("trainer_version") == f'"v{importlib.metadata.version("kubeflow-trainer-api")}"'
 
 
 def mocked_outputs(tf) -> dict:

@@ -98,7 +98,12 @@ resource "terraform_data" "trainer" {
       set -eu
       ${local.kubeconfig_cmd}
       kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=${var.trainer_version}"
-      kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${var.trainer_version}" || true
+      # The runtimes' CRD must be served before they apply; a failed apply fails the resource, never passes.
+      kubectl wait --for condition=established --timeout=120s crd/clustertrainingruntimes.trainer.kubeflow.org
+      kubectl -n kubeflow-system rollout status deploy/kubeflow-trainer-controller-manager --timeout=600s
+      kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=${var.trainer_version}"
+      # The runtime harnessrl's TrainJobs name (conf/infra/gpu_cluster.yaml trainjob.runtime).
+      kubectl get clustertrainingruntime ${var.trainer_runtime}
     EOT
   }
 }

@@ -158,14 +158,20 @@ variable "kfp_version" {
 }
 
 variable "trainer_version" {
-  description = "Kubeflow Trainer manifests git ref."
+  description = "Kubeflow Trainer manifests git ref: the release of the kubeflow-trainer-api models harnessrl builds TrainJobs from (pyproject.toml)."
   type        = string
-  default     = "v2.0.0"
+  default     = "v2.3.0"
 
   validation {
     condition     = can(regex("^v?[0-9]+\\.[0-9]+\\.[0-9]+$", var.trainer_version))
     error_message = "trainer_version must be a pinned version like 1.2.3."
   }
+}
+
+variable "trainer_runtime" {
+  description = "The ClusterTrainingRuntime harnessrl's multi-node CPT and SFT run on (gpu_cluster.yaml trainjob.runtime); apply checks it exists."
+  type        = string
+  default     = "torch-distributed"
 }
 
 variable "models_pvc_size" {
