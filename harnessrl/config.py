@@ -180,6 +180,9 @@ class Placement(Strict):
 
     rollout: dict[str, float] = Field({}, description="per rollout worker, e.g. {rollout: 1, GPU: 1}")
     env: dict[str, float] = Field({}, description="per environment worker, e.g. {env: 1}")
+    trainer: dict[str, float] = Field(
+        {}, description="per trainer rank (trainer_world_size > 1), e.g. {trainer: 1, GPU: 1}"
+    )
 
 
 class RLConfig(Strict):
@@ -220,7 +223,7 @@ class RLConfig(Strict):
     rollout_workers: int = Field(1, gt=0, description="async only: Ray actors that generate (vLLM or hf)")
     env_workers: int = Field(1, gt=0, description="async only: Ray actors that run episodes in sandboxes")
     trainer_world_size: int = Field(
-        1, gt=0, description="DeepSpeed ranks of the RL trainer; only 1 so far (a larger value is refused)"
+        1, gt=0, description="DeepSpeed ranks of the RL trainer; above 1 a Ray actor group (async mode)"
     )
     placement: Placement = Field(default_factory=Placement, description="async only: where the actors run")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
@@ -237,14 +240,15 @@ class RLConfig(Strict):
     def _every_setting_takes_effect(self) -> RLConfig:
         # A field that would be ignored is refused, so a recipe runs the way it reads.
         if self.mode == "sync":
-            idle = [f"{f}={getattr(self, f)}" for f in ("rollout_workers", "env_workers") if getattr(self, f) > 1]
+            fields = ("rollout_workers", "env_workers", "trainer_world_size")
+            idle = [f"{f}={getattr(self, f)}" for f in fields if getattr(self, f) > 1]
             idle += [f"placement.{k}" for k, v in self.placement.model_dump().items() if v]
             if idle:
                 raise ValueError(f"{' and '.join(idle)} take effect only in mode async (a sync run has no Ray "
                                  "workers): set mode: async, or leave them at their defaults")  # fmt: skip
-        if self.trainer_world_size > 1:
-            raise ValueError(f"trainer_world_size={self.trainer_world_size}: the RL trainer runs on one rank "
-                             "so far (multi-rank RL training is not built yet); set it to 1")  # fmt: skip
+        if self.trainer_world_size > 1 and self.zero_stage == 3:
+            raise ValueError(f"trainer_world_size={self.trainer_world_size} with zero_stage=3: the ranks' weights "
+                             "reach the rollout engines whole, which ZeRO-3's shards are not; use zero_stage 0-2")  # fmt: skip
         return self
 
 

@@ -82,6 +82,22 @@ def stage_on_base(tiny_base: dict[str, Path], stage: str, out: Path, overrides: 
     run_stage(stage, module.work, cfg, str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out))
 
 
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray session (2 CPUs) for a test module, shut down after it."""
+    import tempfile
+
+    ray = pytest.importorskip("ray")
+    from harnessrl.rl.fleet import start_ray
+
+    with tempfile.TemporaryDirectory(prefix="ray-") as d:
+        assert start_ray(d, num_cpus=2)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
 @pytest.fixture
 def kube_api(monkeypatch: pytest.MonkeyPatch):
     """Install a fake Kubernetes custom-objects API for the stages that create jobs (harnessrl/cluster)."""

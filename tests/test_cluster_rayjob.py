@@ -81,15 +81,16 @@ def test_the_gpu_recipes_rayjob_has_its_groups_placement_and_limits() -> None:
     assert "HF_HUB_OFFLINE" in spec["runtimeEnvYAML"]
     ray_spec = spec["rayClusterSpec"]
     head = ray_spec["headGroupSpec"]["template"]["spec"]
-    assert head["nodeSelector"] == {"harnessrl.io/pool": "gpu-h100"}  # the trainer is the driver, on the head
+    assert head["nodeSelector"] == {"harnessrl.io/pool": "cpu"}  # the driver orchestrates; the ranks train
     groups = {g["groupName"]: g for g in ray_spec["workerGroupSpecs"]}
-    assert set(groups) == {"rollout", "env"}
-    for name, want in (("rollout", "gpu-h100"), ("env", "cpu")):
+    assert set(groups) == {"trainer", "rollout", "env"}
+    for name, want in (("trainer", "gpu-h100"), ("rollout", "gpu-h100"), ("env", "cpu")):
         pod = groups[name]["template"]["spec"]
         assert pod["nodeSelector"] == {"harnessrl.io/pool": want} and pod["serviceAccountName"] == "pipeline-runner"
         assert json.loads(json.loads(groups[name]["rayStartParams"]["resources"])) == {name: 8}
         assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} >= {"/models"}
-    assert groups["rollout"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    for name in ("trainer", "rollout"):
+        assert groups[name]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     # What RL asks each actor for is what a group advertises: 8 rollout workers on 8 `rollout`, 32 env on 4 x 8.
     rl_cfg = cfg.stages.rl
     assert (
@@ -98,6 +99,8 @@ def test_the_gpu_recipes_rayjob_has_its_groups_placement_and_limits() -> None:
     )
     env = cfg.infra.rayjob.workers["env"]
     assert rl_cfg.env_workers * rl_cfg.placement.env["env"] <= env.replicas * env.resources["env"]
+    trainer = cfg.infra.rayjob.workers["trainer"]
+    assert rl_cfg.trainer_world_size * rl_cfg.placement.trainer["trainer"] <= trainer.resources["trainer"]
 
 
 def test_a_placement_no_group_advertises_is_refused() -> None:

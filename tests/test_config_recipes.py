@@ -76,14 +76,16 @@ BAD_OVERRIDES = [
     ("stages.rl.rollout_workers=4", "stages.rl", "rollout_workers=4 take effect only in mode async"),
     ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 take effect only in mode async"),
     ("+stages.rl.placement.env.env=1", "stages.rl", "placement.env take effect only in mode async"),
-    ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8: the RL trainer runs on one rank"),
+    ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8 take effect only in mode async"),
 ]
 
 
 def test_the_gpu_recipe_reads_as_it_runs() -> None:
     cfg = compose(["recipe=qwen_coder_7b"])  # async RL on a Ray fleet, one trainer rank; CPT on two nodes
     assert cfg.stages.rl.mode == cfg.stages.long_horizon.mode == "async"
-    assert cfg.stages.rl.trainer_world_size == 1 and cfg.training_nodes("cpt") == 2
+    assert cfg.stages.rl.trainer_world_size == 8 and cfg.training_nodes("cpt") == 2
+    with pytest.raises(ConfigError, match=r"trainer_world_size=8 with zero_stage=3"):
+        compose(["recipe=qwen_coder_7b", "stages.rl.zero_stage=3"])
 
 
 @pytest.mark.parametrize(("override", "field", "expected"), BAD_OVERRIDES)

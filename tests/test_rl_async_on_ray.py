@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,7 @@ from tests.conftest import SMOKE, needs_bwrap
 
 ray = pytest.importorskip("ray")
 from harnessrl.engines.weights import load_weights, weights_blob  # noqa: E402
-from harnessrl.rl.fleet import RolloutWorker, start_ray  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    with tempfile.TemporaryDirectory(prefix="ray-") as d:
-        assert start_ray(d, num_cpus=2)
-        try:
-            yield
-        finally:
-            ray.shutdown()
+from harnessrl.rl.fleet import RolloutWorker  # noqa: E402
 
 
 def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> list[dict]:

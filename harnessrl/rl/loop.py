@@ -8,7 +8,8 @@
              pass_rate`, prompts drawn by their running success rate (POLARIS)
     score    the shaped reward of every trajectory, then group-relative advantages
     update   `minibatches` clipped, importance-corrected policy-gradient steps on exactly the token
-             ids the policy generated, against exactly the prompt ids it saw (objective.py)
+             ids the policy generated, against exactly the prompt ids it saw (objective.py), on this
+             process's DeepSpeed engine or on `trainer_world_size` ranks (trainer_group.py)
     publish  the new weights to the rollout engines
     log      one metrics row; the hack monitors read it, and an alarm writes an incident
     save     every `checkpoint_every` steps the whole state (weights, optimizer, task sampler), so a
@@ -201,52 +202,97 @@ class Update:
     kl_sum: float = 0.0
     entropy_sum: float = 0.0  # the current policy's token entropy over the trained tokens, nats
 
+    @classmethod
+    def combine(cls, parts: list[Update]) -> Update:
+        """The step's measures from its trainer ranks' shares: sums, and the one global grad norm."""
+        total = cls(grad_norm=max(p.grad_norm for p in parts))
+        for name in ("tokens", "clipped", "tis_truncated", "tis_weight_sum", "kl_sum", "entropy_sum"):
+            setattr(total, name, sum(getattr(p, name) for p in parts))
+        return total
 
-def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[Sample], cfg: RLConfig, pad: int):
-    """`cfg.minibatches` optimizer steps over this step's samples (see objective.py for the loss)."""
+
+def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[Sample], cfg: RLConfig, pad: int,
+           rank: int = 0, world: int = 1) -> Update:  # fmt: skip
+    """`cfg.minibatches` optimizer steps over this step's samples (see objective.py for the loss).
+
+    On `world` data-parallel ranks each mini-batch is split across them, every rank taking `rank::world`
+    of it. Each normalizes by the whole mini-batch's tokens and scales by `world`, and DeepSpeed
+    averages the ranks' gradients, so the update equals one rank's over the whole mini-batch."""
     stats = Update()
     if not samples:
         return stats
+    chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
+    mine = [i for c in chunks for i in c[rank::world]]
     with torch.no_grad():
         # With one mini-batch the weights at the start of the step are the weights being updated, so
         # the proximal logprobs are the current ones, detached: no extra forward.
-        proximal = completion_logprobs(model, samples, pad, cfg.temperature) if cfg.minibatches > 1 else None
-        ref = (
-            completion_logprobs(reference, samples, pad, cfg.temperature)
-            if reference is not None
-            else [None] * len(samples)
-        )
-    chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
-    for idx in (c for c in chunks if c):
+        part = [samples[i] for i in mine]
+        proximal: dict[int, torch.Tensor] = {}
+        if cfg.minibatches > 1:
+            proximal = dict(zip(mine, completion_logprobs(model, part, pad, cfg.temperature), strict=True))
+        ref: dict[int, torch.Tensor] = {}
+        if reference is not None:
+            ref = dict(zip(mine, completion_logprobs(reference, part, pad, cfg.temperature), strict=True))
+    for chunk in (c for c in chunks if c):
+        idx = chunk[rank::world]
         entropy: list[float] = []
         current = completion_logprobs(engine, [samples[i] for i in idx], pad, cfg.temperature, entropy=entropy)
         terms = [
             pg_loss(
                 cur,
-                cur.detach() if proximal is None else proximal[i],
+                proximal.get(i, cur.detach()),
                 torch.tensor(samples[i].behaviour),
                 samples[i].advantage,
                 cfg.clip_low,
                 cfg.clip_high,
                 cfg.tis_cap,
-                ref[i],
+                ref.get(i),
                 cfg.kl_coef,
             )
             for cur, i in zip(current, idx, strict=True)
         ]
-        tokens = sum(t.tokens for t in terms)
         # GRPO (DAPO's token-level form): the mean over the mini-batch's tokens. Dr.GRPO: a constant,
         # so a long answer's tokens weigh as much as a short one's and length carries no hidden bias.
-        norm = tokens if cfg.normalization == "grpo" else len(idx) * cfg.max_new_tokens
-        engine.backward(sum(t.loss for t in terms) / norm)
+        norm = len(chunk) * cfg.max_new_tokens
+        if cfg.normalization == "grpo":
+            norm = sum(len(samples[i].completion) for i in chunk)
+        # A rank with no share of this mini-batch still joins the gradient all-reduce, with zeros.
+        loss = sum(t.loss for t in terms) if terms else sum(p.sum() for p in model.parameters()) * 0.0
+        engine.backward(loss * world / norm)
         stats.grad_norm = max(stats.grad_norm, optimizer_step(engine, model))
-        stats.tokens += tokens
+        stats.tokens += sum(t.tokens for t in terms)
         stats.clipped += sum(t.clipped for t in terms)
         stats.tis_truncated += sum(t.tis_truncated for t in terms)
         stats.tis_weight_sum += sum(t.tis_weight_sum for t in terms)
         stats.kl_sum += sum(t.kl_sum for t in terms)
         stats.entropy_sum += sum(entropy)
     return stats
+
+
+class LocalTrainer:
+    """The RL trainer in this process: the DeepSpeed engine over the policy model itself."""
+
+    def __init__(self, model: nn.Module, reference: nn.Module | None, cfg: RLConfig, pad: int) -> None:
+        from harnessrl.train import distributed
+
+        distributed.setup()
+        self.model, self.reference, self.cfg, self.pad = model, reference, cfg, pad
+        self.engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
+
+    def update(self, samples: list[Sample]) -> Update:
+        self.model.train()
+        stats = update(self.engine, self.model, self.reference, samples, self.cfg, self.pad)
+        self.model.eval()
+        return stats
+
+    def save(self, state_dir: Path, step: int, extra: dict) -> None:
+        save_state(self.engine, state_dir, step, extra)
+
+    def load(self, state_dir: Path) -> tuple[int, dict]:
+        return load_state(self.engine, state_dir)
+
+    def close(self) -> None:
+        pass
 
 
 def train_rl(
@@ -264,66 +310,69 @@ def train_rl(
 ) -> dict:
     """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
     `rollouts` is where episodes come from (its creator closes it)."""
-    from harnessrl.train import distributed
+    if cfg.trainer_world_size > 1:  # DeepSpeed ranks as a Ray actor group; `model` mirrors rank 0's weights
+        from harnessrl.rl.trainer_group import TrainerGroup
 
-    distributed.setup()
-    engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
-    rng = random.Random(seed)
-    start, extra = load_state(engine, state_dir) if state_dir else (0, {})
-    metrics_path = out / "metrics.jsonl"
-    if start:  # keep the metrics and incidents of the steps the saved state holds
-        print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
-        rng.setstate(_as_rng_state(extra["rng"]))
-        for name in ("metrics.jsonl", "incidents.jsonl"):
-            restore(state_dir / name, out / name, start)
-    monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
-    rollouts.publish(start, model)
-    collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start), extra.get("pass_rates"))
-    last: dict = read_metrics(metrics_path)[-1] if start else {}
-    interrupts = rollouts.interrupts()
-    with MetricsWriter(metrics_path) as log:
-        for step in range(start, cfg.steps):
-            t0 = time.perf_counter()
-            groups, dropped, refilled = collect_informative(collector, step, reward, cfg)
-            scored = score(groups, reward, cfg)
-            collector.observe(groups)
-            t_roll = time.perf_counter() - t0
+        trainer = TrainerGroup(model, reference, cfg, tok.pad_token_id, seed)
+    else:
+        trainer = LocalTrainer(model, reference, cfg, tok.pad_token_id)
+    try:
+        rng = random.Random(seed)
+        start, extra = trainer.load(state_dir) if state_dir else (0, {})
+        metrics_path = out / "metrics.jsonl"
+        if start:  # keep the metrics and incidents of the steps the saved state holds
+            print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
+            rng.setstate(_as_rng_state(extra["rng"]))
+            for name in ("metrics.jsonl", "incidents.jsonl"):
+                restore(state_dir / name, out / name, start)
+        monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
+        rollouts.publish(start, model)
+        collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start), extra.get("pass_rates"))
+        last: dict = read_metrics(metrics_path)[-1] if start else {}
+        interrupts = rollouts.interrupts()
+        with MetricsWriter(metrics_path) as log:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                groups, dropped, refilled = collect_informative(collector, step, reward, cfg)
+                scored = score(groups, reward, cfg)
+                collector.observe(groups)
+                t_roll = time.perf_counter() - t0
 
-            model.train()
-            samples = [
-                s
-                for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
-                if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                for s in turn_samples(r.trajectory, a)
-            ]
-            stats = update(engine, model, reference, samples, cfg, tok.pad_token_id)
-            model.eval()
-            rollouts.publish(step + 1, model)
+                samples = [
+                    s
+                    for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
+                    if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
+                    for s in turn_samples(r.trajectory, a)
+                ]
+                stats = trainer.update(samples)
+                rollouts.publish(step + 1, model)
 
-            hack, incidents = monitor.update(step + 1, scored.trajectories, scored.components,
-                                             [int(r.task.user is not None) for r in scored.rollouts])  # fmt: skip
-            now = rollouts.interrupts()
-            last = step_metrics(step, scored, stats, dropped, refilled, now - interrupts, t_roll,
-                                time.perf_counter() - t0)  # fmt: skip
-            last |= hack
-            interrupts = now
-            log.write(last)
-            print(
-                f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
-                f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
-                flush=True,
-            )
-            for inc in incidents:
-                print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
-            if monitor.should_stop:
-                raise HackAlarm(monitor.incidents[-1])
-            if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                for name in ("metrics.jsonl", "incidents.jsonl"):
-                    snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
-                save_state(engine, state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches,
-                                                         "pass_rates": collector.pass_rates})  # fmt: skip
-    return last
+                hack, incidents = monitor.update(step + 1, scored.trajectories, scored.components,
+                                                 [int(r.task.user is not None) for r in scored.rollouts])  # fmt: skip
+                now = rollouts.interrupts()
+                last = step_metrics(step, scored, stats, dropped, refilled, now - interrupts, t_roll,
+                                    time.perf_counter() - t0)  # fmt: skip
+                last |= hack
+                interrupts = now
+                log.write(last)
+                print(
+                    f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
+                    f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
+                    f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
+                    flush=True,
+                )
+                for inc in incidents:
+                    print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
+                if monitor.should_stop:
+                    raise HackAlarm(monitor.incidents[-1])
+                if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                    for name in ("metrics.jsonl", "incidents.jsonl"):
+                        snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
+                    trainer.save(state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches,
+                                                       "pass_rates": collector.pass_rates})  # fmt: skip
+        return last
+    finally:
+        trainer.close()
 
 
 def step_metrics(
