@@ -22,6 +22,28 @@ resource "aws_kms_key" "secrets" {
   description             = "${var.cluster_name} Kubernetes secrets"
   enable_key_rotation     = true
   deletion_window_in_days = 30
+
+  # The account administers the key through IAM (without this statement nobody could manage or delete it),
+  # and the cluster role gets the four calls EKS makes for envelope encryption of secrets.
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "AccountAdministersTheKey"
+        Effect    = "Allow"
+        Principal = { AWS = local.account_root_arn }
+        Action    = "kms:*"
+        Resource  = "*"
+      },
+      {
+        Sid       = "ClusterEncryptsSecrets"
+        Effect    = "Allow"
+        Principal = { AWS = aws_iam_role.cluster.arn }
+        Action    = ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"]
+        Resource  = "*"
+      },
+    ]
+  })
 }
 
 resource "aws_eks_cluster" "this" {
@@ -29,7 +51,9 @@ resource "aws_eks_cluster" "this" {
   version  = var.kubernetes_version
   role_arn = aws_iam_role.cluster.arn
 
-  enabled_cluster_log_types = ["api", "audit", "authenticator"]
+  # Every control-plane log type: scheduler and controller-manager logs are what explain a GPU pod stuck in
+  # Pending or a node group that does not scale.
+  enabled_cluster_log_types = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
   access_config {
     authentication_mode                         = "API"

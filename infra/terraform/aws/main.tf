@@ -3,8 +3,13 @@
 
 data "aws_partition" "current" {}
 
+data "aws_caller_identity" "current" {}
+
 locals {
-  partition = data.aws_partition.current.partition
+  partition  = data.aws_partition.current.partition
+  account_id = data.aws_caller_identity.current.account_id
+  # The account as a key policy principal: lets IAM policies in this account grant use of a KMS key.
+  account_root_arn = "arn:${local.partition}:iam::${local.account_id}:root"
 
   # What harnessrl schedules on (conf/infra/gpu_cluster.yaml): node_selector harnessrl.io/pool and the
   # toleration nvidia.com/gpu:NoSchedule. Change these only together with that file.

@@ -2,8 +2,9 @@
 
 locals {
   # Names harnessrl's configs expect (conf/infra/gpu_cluster.yaml); ../platform creates the PVC and the secret.
-  harnessrl_pvc    = { name = "harnessrl-models", mount_path = "/models" }
+  # checkov:skip=CKV_SECRET_6: not a secret: the Kubernetes secret's name and the names of the environment variables it fills.
   harnessrl_secret = { secret = "harnessrl-s3", env = { access_key = "AWS_ACCESS_KEY_ID", secret_key = "AWS_SECRET_ACCESS_KEY" } }
+  harnessrl_pvc    = { name = "harnessrl-models", mount_path = "/models" }
   gpu_toleration   = { key = local.gpu_taint.key, operator = "Exists", effect = "NoSchedule" }
 
   harnessrl_config = {

@@ -11,10 +11,33 @@ module "artifacts" {
 
 # EFS backs the ReadWriteMany PVC harnessrl-models (conf/infra/gpu_cluster.yaml pvc), mounted at /models on
 # every stage's pod. The StorageClass and the PVC itself are made by ../platform.
+# A key of our own rather than aws/elasticfilesystem: its policy and rotation are ours to set, and the model
+# weights stay readable only to principals this account grants it to.
+resource "aws_kms_key" "efs" {
+  count                   = var.enable_efs ? 1 : 0
+  description             = "${var.cluster_name} models file system"
+  enable_key_rotation     = true
+  deletion_window_in_days = 30
+
+  # EFS uses the key through grants it creates with the permissions of whoever creates the file system, so the
+  # account administering the key through IAM is all it needs.
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Sid       = "AccountAdministersTheKey"
+      Effect    = "Allow"
+      Principal = { AWS = local.account_root_arn }
+      Action    = "kms:*"
+      Resource  = "*"
+    }]
+  })
+}
+
 resource "aws_efs_file_system" "models" {
   count            = var.enable_efs ? 1 : 0
   creation_token   = "${var.cluster_name}-models"
   encrypted        = true
+  kms_key_id       = aws_kms_key.efs[0].arn
   performance_mode = "generalPurpose"
   throughput_mode  = "elastic"
   tags             = { Name = "${var.cluster_name}-models" }

@@ -59,6 +59,17 @@ variable "vpc_cidr" {
   }
 }
 
+variable "flow_log_retention_days" {
+  description = "Days CloudWatch keeps the VPC flow logs (all traffic). Must be a retention CloudWatch Logs offers."
+  type        = number
+  default     = 365
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.flow_log_retention_days)
+    error_message = "flow_log_retention_days must be one of 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653."
+  }
+}
+
 variable "tags" {
   description = "Extra tags on every resource."
   type        = map(string)

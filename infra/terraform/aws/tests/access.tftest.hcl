@@ -1,4 +1,5 @@
 # The artifact bucket is private, versioned and encrypted, and the pipeline role reaches that bucket and nothing else.
+# The KMS keys have explicit policies, and VPC flow logs go to an encrypted log group the flow log role alone writes.
 
 mock_provider "aws" {
   source          = "./tests/mocks"
@@ -76,5 +77,80 @@ run "bucket_is_private_versioned_encrypted" {
   assert {
     condition     = aws_s3_bucket_ownership_controls.this.rule[0].object_ownership == "BucketOwnerEnforced"
     error_message = "ACLs must be disabled"
+  }
+}
+
+# Every key's policy lets the account administer it through IAM; only the cluster role uses the secrets key.
+run "kms_keys_have_explicit_policies" {
+  command = plan
+
+  assert {
+    condition = alltrue([
+      for p in [one(aws_kms_key.secrets).policy, one(aws_kms_key.efs).policy] :
+      jsondecode(p).Statement[0].Principal.AWS == "arn:aws:iam::123456789012:root"
+    ])
+    error_message = "the KMS keys must name the account root as administrator"
+  }
+  assert {
+    condition     = jsondecode(one(aws_kms_key.secrets).policy).Statement[1].Principal.AWS == aws_iam_role.cluster.arn
+    error_message = "the secrets key must let the cluster role use it"
+  }
+  assert {
+    condition     = one(aws_efs_file_system.models).kms_key_id == one(aws_kms_key.efs).arn
+    error_message = "EFS must be encrypted with its own key"
+  }
+  assert {
+    condition     = length(aws_eks_cluster.this.enabled_cluster_log_types) == 5
+    error_message = "every control-plane log type must be on"
+  }
+}
+
+# The VPC module on its own: flow logs of all traffic, kept a year, encrypted, written by a role scoped to the group.
+run "vpc_flow_logs_and_default_security_group" {
+  command = plan
+
+  module {
+    source = "../modules/vpc"
+  }
+
+  variables {
+    name               = "harnessrl"
+    cidr               = "10.42.0.0/16"
+    availability_zones = ["us-east-1a", "us-east-1b"]
+    region             = "us-east-1"
+    single_nat_gateway = true
+    enable_s3_endpoint = true
+    account_id         = "123456789012"
+  }
+
+  assert {
+    condition     = aws_flow_log.this.traffic_type == "ALL" && aws_flow_log.this.log_destination == aws_cloudwatch_log_group.flow_logs.arn
+    error_message = "the VPC must log all traffic to its flow log group"
+  }
+  assert {
+    condition     = aws_cloudwatch_log_group.flow_logs.retention_in_days == 365 && aws_cloudwatch_log_group.flow_logs.kms_key_id == aws_kms_key.flow_logs.arn
+    error_message = "flow logs must be kept 365 days by default, encrypted with their own key"
+  }
+  assert {
+    condition = jsondecode(aws_kms_key.flow_logs.policy).Statement[1].Principal.Service == "logs.us-east-1.amazonaws.com" && (
+      jsondecode(aws_kms_key.flow_logs.policy).Statement[1].Condition.ArnEquals["kms:EncryptionContext:aws:logs:arn"] ==
+      "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/harnessrl/flow-logs"
+    )
+    error_message = "the flow log key must let CloudWatch Logs use it for the flow log group only"
+  }
+  assert {
+    condition = alltrue([
+      for r in one(jsondecode(aws_iam_role_policy.flow_logs.policy).Statement).Resource :
+      startswith(r, aws_cloudwatch_log_group.flow_logs.arn)
+    ])
+    error_message = "the flow log role must write only to its log group: ${aws_iam_role_policy.flow_logs.policy}"
+  }
+  assert {
+    condition     = jsondecode(aws_iam_role.flow_logs.assume_role_policy).Statement[0].Principal.Service == "vpc-flow-logs.amazonaws.com"
+    error_message = "only the VPC Flow Logs service may assume the flow log role"
+  }
+  assert {
+    condition     = length(aws_default_security_group.this.ingress) == 0 && length(aws_default_security_group.this.egress) == 0
+    error_message = "the default security group must have no rules"
   }
 }

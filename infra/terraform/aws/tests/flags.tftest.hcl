@@ -17,8 +17,8 @@ run "flags_off_remove_optional_parts" {
   }
 
   assert {
-    condition     = length(aws_efs_file_system.models) == 0 && length(aws_efs_mount_target.models) == 0 && length(aws_eks_addon.efs_csi) == 0 && length(aws_iam_role.efs_csi) == 0 && output.efs_file_system_id == null
-    error_message = "enable_efs = false must remove EFS, its mount targets, the CSI add-on and its role"
+    condition     = length(aws_efs_file_system.models) == 0 && length(aws_kms_key.efs) == 0 && length(aws_efs_mount_target.models) == 0 && length(aws_eks_addon.efs_csi) == 0 && length(aws_iam_role.efs_csi) == 0 && output.efs_file_system_id == null
+    error_message = "enable_efs = false must remove EFS, its KMS key, its mount targets, the CSI add-on and its role"
   }
   assert {
     condition     = length(aws_security_group.efa) == 0 && length(aws_vpc_security_group_ingress_rule.efa_self) == 0

@@ -50,7 +50,7 @@ run "cluster_matches_harnessrl_conf" {
   # Defaults: every optional part is there (flags.tftest.hcl turns them off).
   assert {
     condition = (
-      length(aws_efs_file_system.models) == 1 && length(aws_eks_addon.efs_csi) == 1 && length(aws_iam_role.efs_csi) == 1 &&
+      length(aws_efs_file_system.models) == 1 && length(aws_kms_key.efs) == 1 && length(aws_eks_addon.efs_csi) == 1 && length(aws_iam_role.efs_csi) == 1 &&
       length(aws_security_group.efa) == 1 && length(aws_kms_key.secrets) == 1 && length(module.vpc.s3_endpoint_ids) == 1 &&
       output.gpu_node_groups["h100"].placement_group == "harnessrl-h100" && output.gpu_node_groups["h100"].efa_interfaces == 32
     )

@@ -70,6 +70,16 @@ run "rejects_wildcard_service_accounts" {
   expect_failures = [var.pipeline_service_accounts]
 }
 
+run "rejects_a_flow_log_retention_cloudwatch_does_not_offer" {
+  command = plan
+
+  variables {
+    flow_log_retention_days = 42
+  }
+
+  expect_failures = [var.flow_log_retention_days]
+}
+
 # Only A100s: nothing provides the gpu-h100 pool that harnessrl's training stages select.
 run "rejects_a_cluster_without_the_pool_harnessrl_selects" {
   command = plan

@@ -6,6 +6,24 @@ mock_data "aws_partition" {
   }
 }
 
+mock_data "aws_caller_identity" {
+  defaults = {
+    account_id = "123456789012"
+  }
+}
+
+mock_resource "aws_kms_key" {
+  defaults = {
+    arn = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+  }
+}
+
+mock_resource "aws_cloudwatch_log_group" {
+  defaults = {
+    arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/harnessrl/flow-logs"
+  }
+}
+
 mock_resource "aws_eks_cluster" {
   defaults = {
     endpoint              = "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com"
