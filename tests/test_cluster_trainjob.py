@@ -137,7 +137,7 @@ def test_a_two_node_trainjob_trains_as_one_node_with_two_ranks(tiny_base: dict, 
     )
     manifest = json.loads((tmp_path / "job" / "manifest.json").read_text())
     assert manifest["metrics"]["world_size"] == 2 and (tmp_path / "job" / "model.safetensors").is_file()
-    assert list((tmp_path / "pvc" / "harnessrl-jobs").iterdir()) == []  # the job's folder is removed
+    assert list((tmp_path / "pvc" / "harnessrl-jobs").iterdir()) == []  # the job's folder and state are removed
 
 
 def test_a_failed_trainjob_fails_the_stage_with_its_reason(tiny_base: dict, tmp_path: Path, kube_api) -> None:

@@ -4,7 +4,8 @@ KFP v2 has no ResourceOp. As in kubeflow/pipelines' pytorch-launcher sample, a s
 the custom resource with the Kubernetes client and waits on its status:
 
 1. `job_folder`: the job's folder on the shared PVC, which every pod of the job mounts, holds the
-   data, the parent checkpoint and the job's spec; its `out` is where the job writes.
+   data, the parent checkpoint and the job's spec; its `out` is where the job writes. The training
+   state sits beside it (`<name>.state`), so a stage that KFP retries resumes where it was killed.
 2. the stage creates the object, and `wait` reads it until its verdict is in. A failure raises with
    the object's reason. Past the deadline, or when KFP cancels the stage (SIGTERM to its pod), the
    object is deleted first, so no GPUs stay held by a stage that gave up.
@@ -47,7 +48,7 @@ def secret_env(secrets: list[SecretEnv]) -> list[dict]:
 def job_folder(pvc: PVCConfig, name: str, ctx: StageContext) -> StageContext:
     """The job's folder on the shared PVC with the stage's inputs copied in: the context its pods run."""
     folder = Path(pvc.mount_path) / "harnessrl-jobs" / name
-    shutil.rmtree(folder, ignore_errors=True)  # a retried stage starts its job afresh
+    shutil.rmtree(folder, ignore_errors=True)  # a retried stage copies its inputs afresh...
     shutil.copytree(ctx.data_dir, folder / "data")
     if ctx.parent is not None:
         shutil.copytree(ctx.parent, folder / "parent")
@@ -57,7 +58,7 @@ def job_folder(pvc: PVCConfig, name: str, ctx: StageContext) -> StageContext:
         parent=folder / "parent" if ctx.parent is not None else None,
         out=folder / "out",
         data_dir=folder / "data",
-        state_dir=folder / "state",
+        state_dir=folder.with_name(f"{name}.state"),  # ...but resumes from the state its killed try saved
     )
 
 
@@ -70,6 +71,8 @@ def publish(job_ctx: StageContext, ctx: StageContext, spec: Path, result: Path, 
     result.unlink()
     shutil.copytree(job_ctx.out, ctx.out, dirs_exist_ok=True)
     shutil.rmtree(job_ctx.out.parent, ignore_errors=True)
+    if job_ctx.state_dir is not None:  # the checkpoint is complete: its resume state is spent
+        shutil.rmtree(job_ctx.state_dir, ignore_errors=True)
     return metrics
 
 
