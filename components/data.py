@@ -8,7 +8,8 @@ step's output, which nothing changes once it is written. The DAG fills it one of
 - `md5` and `remote`: the version that the data config's `.dvc` pointer names, pulled from the DVC
   remote (cluster runs);
 - `remote` alone: no version of this data config was pushed yet. It is built from the config and
-  pushed, so the next run pulls it.
+  pushed; its md5 goes to every stage's manifest. Compiles pull it once its pointer is committed
+  (`harnessrl data pull` then `git add data/<folder>.dvc`, or `data build --push` from a checkout).
 """
 
 import shutil

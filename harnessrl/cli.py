@@ -524,7 +524,9 @@ def _cmd_rl(args: argparse.Namespace) -> int:
         print(f"harnessrl: error: --checkpoint {args.checkpoint}: not a Hugging Face checkpoint", file=sys.stderr)
         return EXIT_BAD_INPUT
     manifest = json.loads((args.checkpoint / MANIFEST).read_text()) if (args.checkpoint / MANIFEST).is_file() else {}
-    data = args.data or Path(manifest.get("datasets", {}).get("data", {}).get("path") or data_folder(cfg.data))
+    recorded = Path(manifest.get("datasets", {}).get("data", {}).get("path") or data_folder(cfg.data))
+    # A checkpoint from a cluster records a path inside its pod: then the data config's own folder here.
+    data = args.data or (recorded if recorded.is_dir() else data_folder(cfg.data))
     if not (data / "prompts.jsonl").is_file():
         print(
             f"harnessrl: error: --data {data}: no prompts.jsonl (build it with `harnessrl data build`)", file=sys.stderr

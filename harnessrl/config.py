@@ -246,6 +246,9 @@ class RLConfig(Strict):
             if idle:
                 raise ValueError(f"{' and '.join(idle)} take effect only in mode async (a sync run has no Ray "
                                  "workers): set mode: async, or leave them at their defaults")  # fmt: skip
+        if self.placement.trainer and self.trainer_world_size == 1:
+            raise ValueError("placement.trainer places trainer ranks, which only trainer_world_size > 1 has (one "
+                             "rank trains in the driver); remove it or raise trainer_world_size")  # fmt: skip
         if self.trainer_world_size > 1 and self.zero_stage == 3:
             raise ValueError(f"trainer_world_size={self.trainer_world_size} with zero_stage=3: the ranks' weights "
                              "reach the rollout engines whole, which ZeRO-3's shards are not; use zero_stage 0-2")  # fmt: skip
@@ -524,13 +527,23 @@ class Config(Strict):
         if not async_stages:
             raise ValueError("infra.rayjob: no enabled RL stage runs in mode async, so no RayJob would be created; "
                              "set infra.rayjob=null or mode: async")  # fmt: skip
-        offered = {r for g in self.infra.rayjob.workers.values() for r in g.resources}
+        offered: dict[str, float] = {}
+        for g in self.infra.rayjob.workers.values():
+            for r, amount in g.resources.items():
+                offered[r] = offered.get(r, 0) + amount * g.replicas
         for stage in async_stages:
-            for kind, wanted in getattr(self.stages, stage).placement.model_dump().items():
-                missing = sorted(set(wanted) - {"CPU", "GPU"} - offered)
+            st = getattr(self.stages, stage)
+            actors = {"rollout": st.rollout_workers, "env": st.env_workers, "trainer": st.trainer_world_size}
+            for kind, wanted in st.placement.model_dump().items():
+                missing = sorted(set(wanted) - {"CPU", "GPU"} - set(offered))
                 if missing:
                     raise ValueError(f"stages.{stage}.placement.{kind}: no infra.rayjob worker group advertises "
                                      f"{missing} (they offer {sorted(offered)})")  # fmt: skip
+                # Actors that do not fit stay pending until the deadline: refuse them now.
+                for r, amount in wanted.items():
+                    if r in offered and actors[kind] * amount > offered[r]:
+                        raise ValueError(f"stages.{stage}.placement.{kind}: {actors[kind]} actors x {amount} {r} "
+                                         f"need more than the {offered[r]:g} infra.rayjob's groups offer")  # fmt: skip
         return self
 
     def stage_runs_as_rayjob(self, stage: str) -> bool:

@@ -85,7 +85,10 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
             if cfg.runs_as_job(stage):
                 # Its TrainJob's or RayJob's pods hold the GPUs (harnessrl/cluster/); this task only
                 # creates the job and waits, on the default pool, as long as the stage may take.
-                res = cfg.infra.for_stage("default").model_copy(update={"timeout_s": res.timeout_s})
+                # Its own timeout outlasts the job's deadline (and the wait's backstop at 1.1x), since it
+                # also copies the inputs and waits for the job to be scheduled.
+                timeout = int(res.timeout_s * 1.2) + 600 if res.timeout_s else 0
+                res = cfg.infra.for_stage("default").model_copy(update={"timeout_s": timeout, "retries": res.retries})
             schedule(task, res, cfg.infra)
             prev = task
         return prev.outputs[OUTPUT_NAME[stage]]

@@ -14,13 +14,14 @@ import yaml
 
 from harnessrl.config import Config
 from harnessrl.data.build import data_folder
+from harnessrl.data.remote import dvc_file
 from harnessrl.lineage.manifest import code_hash
 from pipelines.dag import DataSource, build_pipeline, pipeline_name
 
 
 def data_source(cfg: Config, root: Path) -> DataSource:
     """The data step's source on a cluster: the pushed version of this data config, if there is one."""
-    pointer = data_folder(cfg.data, root).with_suffix(".dvc")
+    pointer = dvc_file(data_folder(cfg.data, root))
     md5 = yaml.safe_load(pointer.read_text())["outs"][0]["md5"] if pointer.is_file() else ""
     store = json.dumps(cfg.store.model_dump(), sort_keys=True)
     return DataSource(md5=md5, remote=cfg.store.data_remote, store=store)

@@ -108,6 +108,10 @@ def test_a_placement_no_group_advertises_is_refused() -> None:
         ConfigError, match=r"^stages\.rl\.placement\.env: no infra\.rayjob worker group advertises \['gpu_env'\]"
     ):
         compose(["recipe=qwen_coder_7b", "~stages.rl.placement.env.env", "+stages.rl.placement.env.gpu_env=1"])
+    with pytest.raises(ConfigError, match=r"^stages\.rl\.placement\.env: 32 actors x 2\.0 env need more than the 32"):
+        compose(["recipe=qwen_coder_7b", "stages.rl.placement.env.env=2"])  # 4 groups x 8: actors would pend
+    with pytest.raises(ConfigError, match=r"^stages\.rl: placement\.trainer places trainer ranks"):
+        compose(["recipe=qwen_coder_7b", "stages.rl.trainer_world_size=1"])
     with pytest.raises(ConfigError, match=r"^infra\.rayjob: no enabled RL stage runs in mode async"):
         compose([*SMOKE, "infra=gpu_cluster"])
 

@@ -116,7 +116,7 @@ def test_the_compiled_stage_only_creates_and_waits_on_the_default_pool(tmp_path:
     assert executors["exec-sft"]["nodeSelector"]["labels"] == {"harnessrl.io/pool": "gpu-h100"}  # one node: itself
     assert "accelerator" not in spec["deploymentSpec"]["executors"]["exec-cpt"]["container"].get("resources", {})
     assert cpt_pod["pvcMount"][0]["mountPath"] == "/models"  # it stages the job's files on the PVC
-    assert cpt_pod["activeDeadlineSeconds"] == "172800"
+    assert cpt_pod["activeDeadlineSeconds"] == str(int(172800 * 1.2) + 600)  # outlasts the TrainJob's deadline
 
 
 def test_whole_nodes_and_a_trainjob_are_required_past_one_node() -> None:

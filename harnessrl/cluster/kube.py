@@ -6,9 +6,9 @@ the custom resource with the Kubernetes client and waits on its status:
 1. `job_folder`: the job's folder on the shared PVC, which every pod of the job mounts, holds the
    data, the parent checkpoint and the job's spec; its `out` is where the job writes. The training
    state sits beside it (`<name>.state`), so a stage that KFP retries resumes where it was killed.
-2. the stage creates the object, and `wait` reads it until its verdict is in. A failure raises with
-   the object's reason. Past the deadline, or when KFP cancels the stage (SIGTERM to its pod), the
-   object is deleted first, so no GPUs stay held by a stage that gave up.
+2. `run_job` creates the object and reads it until its verdict is in. A failure raises with the
+   object's reason. Past the deadline, when KFP cancels the stage (SIGTERM to its pod), or when the
+   API keeps failing, the object is deleted first, so no GPUs stay held by a stage that gave up.
 3. `publish`: the job's checkpoint and metrics move into the stage's output, whose manifest the
    stage then writes as for any stage, and the folder is removed.
 """
@@ -30,9 +30,11 @@ from harnessrl.stage import StageContext
 Verdict = Callable[[dict], tuple[bool | None, str]]  # (done ok, failed, or None while running; text)
 
 
-def job_name(stage: str, out: Path) -> str:
-    """A DNS label, unique per stage output (KFP gives every task run its own output path)."""
-    return f"harnessrl-{stage.replace('_', '-')}-{hashlib.sha256(str(out).encode()).hexdigest()[:10]}"
+def job_name(stage: str, ctx: StageContext) -> str:
+    """A DNS label for the stage's job, the same on every try of one stage run: it comes from the stage's
+    resume-state key (harnessrl/stage.py), not from the output folder each try writes into."""
+    key = str(ctx.state_dir or ctx.out)
+    return f"harnessrl-{stage.replace('_', '-')}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def sayer(stage: str) -> Callable[[str], None]:
@@ -94,34 +96,74 @@ class Cancelled(Exception):
     """KFP cancelled the stage (SIGTERM to its pod)."""
 
 
-def wait(api: Any, ref: tuple[str, str, str, str, str], verdict: Verdict, deadline_s: float, poll_s: float,
-         say: Callable[[str], None]) -> None:  # fmt: skip
-    """Read the object `ref` (group, version, namespace, plural, name) until `verdict` says it is done.
-    Raises RuntimeError when it failed (with why), TimeoutError past `deadline_s` (0: none) and
-    Cancelled on SIGTERM; the object is deleted on the last two."""
+TRANSIENT = (429, 500, 502, 503, 504)  # API answers worth another read, not a failed stage
+
+
+def run_job(api: Any, ref: tuple[str, str, str, str, str], body: dict, verdict: Verdict, deadline_s: float,
+            poll_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
+    """Create the object `ref` (group, version, namespace, plural, name) from `body` and read it until
+    `verdict` says it is done. Raises RuntimeError when it failed (with why), TimeoutError past
+    `deadline_s` (0: none), Cancelled on SIGTERM, or the API's error. On every way out but success or
+    its own failure the object is deleted, so no GPUs stay held by a stage that gave up. An object of
+    the same name left by a killed try of this stage is replaced."""
     group, version, namespace, plural, name = ref
-    started, last = time.time(), None
+    what = f"{plural[:-1]} {namespace}/{name}"
+    started, last, errors = time.time(), None, 0
 
     def on_term(signum: int, frame: Any) -> None:
         raise Cancelled(f"stage cancelled (signal {signum})")
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, on_term)  # before create: a cancel never orphans the job
     try:
+        try:
+            api.create_namespaced_custom_object(group, version, namespace, plural, body)
+        except Exception as e:
+            if getattr(e, "status", None) != 409:
+                raise
+            say(f"{name}: left by an earlier try; replacing it")
+            _delete(api, ref, say)
+            api.create_namespaced_custom_object(group, version, namespace, plural, body)
         while True:
-            ok, text = verdict(api.get_namespaced_custom_object(group, version, namespace, plural, name))
+            try:
+                obj = api.get_namespaced_custom_object(group, version, namespace, plural, name)
+                errors = 0
+            except Exception as e:
+                if getattr(e, "status", None) not in TRANSIENT or errors >= 10:
+                    raise
+                errors += 1
+                say(f"{name}: reading its status failed ({getattr(e, 'status', '?')}), retrying")
+                time.sleep(poll_s * errors)
+                continue
+            ok, text = verdict(obj)
             if ok is True:
                 return
-            if ok is False:
-                raise RuntimeError(f"{plural[:-1]} {namespace}/{name} failed: {text}")
+            if ok is False:  # kept for its logs and events; Kubernetes' own TTLs clean it up
+                raise JobFailed(f"{what} failed: {text}")
             if text != last:
                 say(f"{name}: {text}")
                 last = text
             if deadline_s and time.time() - started > deadline_s:
-                raise TimeoutError(f"{plural[:-1]} {namespace}/{name} did not finish in {deadline_s:.0f} s")
+                raise TimeoutError(f"{what} did not finish in {deadline_s:.0f} s")
             time.sleep(poll_s)
-    except (TimeoutError, Cancelled, KeyboardInterrupt):
-        api.delete_namespaced_custom_object(group, version, namespace, plural, name)
-        say(f"{name}: deleted")
+    except JobFailed:
+        raise
+    except BaseException:
+        _delete(api, ref, say)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class JobFailed(RuntimeError):
+    """The job itself reported failure."""
+
+
+def _delete(api: Any, ref: tuple[str, str, str, str, str], say: Callable[[str], None]) -> None:
+    """Best effort: a delete that fails must not hide why the stage is stopping."""
+    group, version, namespace, plural, name = ref
+    try:
+        api.delete_namespaced_custom_object(group, version, namespace, plural, name)
+        say(f"{name}: deleted")
+    except Exception as e:
+        if getattr(e, "status", None) != 404:
+            say(f"{name}: could not delete it ({type(e).__name__}: {e}); delete it by hand")

@@ -148,7 +148,7 @@ def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
     from harnessrl.train.launch import write_spec
 
     cluster = Cluster.model_validate(ctx.cfg["rayjob"])
-    name = kube.job_name(tag, ctx.out)
+    name = kube.job_name(tag, ctx)
     job_ctx = kube.job_folder(cluster.pvc, name, ctx)
     # The driver runs the stage itself, not another RayJob.
     job_ctx = dataclasses.replace(job_ctx, cfg={k: v for k, v in ctx.cfg.items() if k != "rayjob"})
@@ -157,9 +157,9 @@ def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
     namespace, say = cluster.rayjob.namespace, kube.sayer(tag)
     groups = ", ".join(f"{n} x{g.replicas}" for n, g in cluster.rayjob.workers.items())
     say(f"creating RayJob {namespace}/{name}: head + {groups}")
-    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest(name, cluster, spec))
     deadline = cluster.timeout_s * 1.1 if cluster.timeout_s else 0  # a backstop after KubeRay's own
-    kube.wait(api, (GROUP, VERSION, namespace, PLURAL, name), verdict, deadline, cluster.rayjob.poll_s, say)
+    body = manifest(name, cluster, spec)
+    kube.run_job(api, (GROUP, VERSION, namespace, PLURAL, name), body, verdict, deadline, cluster.rayjob.poll_s, say)
     return kube.publish(job_ctx, ctx, spec, result, f"RayJob {namespace}/{name}")
 
 

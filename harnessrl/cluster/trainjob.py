@@ -110,16 +110,16 @@ def run(target: str, ctx: StageContext, world_size: int, api: Any = None) -> dic
 
     cluster = Cluster.model_validate(ctx.cfg["cluster"])
     stage = target.split(":")[0].rsplit(".", 1)[-1]
-    name = kube.job_name(stage, ctx.out)
+    name = kube.job_name(stage, ctx)
     job_ctx = kube.job_folder(cluster.pvc, name, ctx)
     spec, result = write_spec(target, job_ctx)
     api = api or kube.kube_api()
     namespace, say = cluster.trainjob.namespace, kube.sayer(stage)
     say(f"creating TrainJob {namespace}/{name}: {cluster.nodes} nodes x {world_size // cluster.nodes} GPUs")
-    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest(name, cluster, world_size, spec))
     # Trainer enforces activeDeadlineSeconds itself; our own deadline is a backstop a little later.
     deadline = cluster.resources.timeout_s * 1.1 if cluster.resources.timeout_s else 0
-    kube.wait(api, (GROUP, VERSION, namespace, PLURAL, name), verdict, deadline, cluster.trainjob.poll_s, say)
+    body = manifest(name, cluster, world_size, spec)
+    kube.run_job(api, (GROUP, VERSION, namespace, PLURAL, name), body, verdict, deadline, cluster.trainjob.poll_s, say)
     return kube.publish(job_ctx, ctx, spec, result, f"TrainJob {namespace}/{name}")
 
 

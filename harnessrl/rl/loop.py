@@ -256,8 +256,11 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
         norm = len(chunk) * cfg.max_new_tokens
         if cfg.normalization == "grpo":
             norm = sum(len(samples[i].completion) for i in chunk)
-        # A rank with no share of this mini-batch still joins the gradient all-reduce, with zeros.
-        loss = sum(t.loss for t in terms) if terms else sum(p.sum() for p in model.parameters()) * 0.0
+        if terms:
+            loss = sum(t.loss for t in terms)
+        else:  # no share of this mini-batch: join the all-reduce with zeros, through a real forward so that
+            # the gradient hooks fire in the model's own order (ZeRO-2 fills its buckets in that order)
+            loss = completion_logprobs(engine, [samples[chunk[0]]], pad, cfg.temperature)[0].sum() * 0.0
         engine.backward(loss * world / norm)
         stats.grad_norm = max(stats.grad_norm, optimizer_step(engine, model))
         stats.tokens += sum(t.tokens for t in terms)

@@ -105,8 +105,12 @@ class TrainerGroup:
             TrainerRank.options(**options).remote(r, world, shared[0], shared[1], cfg, pad, seed, threads)
             for r in range(world)
         ]
-        addr, port = ray.get(self.ranks[0].address.remote())
-        ray.get([rank.setup.remote(addr, port) for rank in self.ranks])
+        try:
+            addr, port = ray.get(self.ranks[0].address.remote())
+            ray.get([rank.setup.remote(addr, port) for rank in self.ranks])
+        except BaseException:
+            self.close()
+            raise
 
     def update(self, samples: list[Sample]) -> Update:
         parts = ray.get([rank.update.remote(samples) for rank in self.ranks])
