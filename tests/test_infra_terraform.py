@@ -193,6 +193,17 @@ def test_infra_import_turns_the_outputs_into_valid_config_groups(tf, tmp_path: P
     assert "exists with other content; pass --force" in capsys.readouterr().err
     assert (conf / "store" / "harnessrl.yaml").read_text() == "uri: edited\n"
     assert main(["infra", "import", str(outputs), "--conf-dir", str(conf), "--force"]) == 0
+    # A cluster whose GPU pool has another name: the stages and the RayJob's GPU groups move to it.
+    doc = json.loads(outputs.read_text())
+    doc["harnessrl_config"]["value"] = doc["harnessrl_config"]["value"].replace("gpu-h100", "gpu-h200")
+    outputs.write_text(json.dumps(doc))
+    assert main(["infra", "import", str(outputs), "--conf-dir", str(conf), "--force"]) == 0
+    moved = InfraConfig.model_validate(yaml.safe_load((conf / "infra" / "harnessrl.yaml").read_text()))
+    assert moved.for_stage("cpt").node_selector == {"harnessrl.io/pool": "gpu-h200"}
+    pools = {n: g.node_selector["harnessrl.io/pool"] for n, g in moved.rayjob.workers.items()}
+    assert pools == {"trainer": "gpu-h200", "rollout": "gpu-h200", "env": "cpu"}
+    assert moved.rayjob.workers["rollout"].tolerations == moved.for_stage("cpt").tolerations
+    assert moved.rayjob.head.node_selector == {"harnessrl.io/pool": "cpu"}
 
 
 @pytest.mark.parametrize(

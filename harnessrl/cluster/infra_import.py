@@ -49,6 +49,24 @@ def _validated(model: type, data: dict, group: str) -> dict:
         raise InfraImportError(f"{group}.{where}: {err['msg']}") from None
 
 
+def _repool(rayjob: dict, base: dict, imported: dict) -> dict:
+    """The RayJob's groups on the cluster's pools: a group that the base puts on the same pool as some
+    stage goes where the import puts that stage (its node selector and tolerations)."""
+    moves = {}
+    for stage, res in base.items():
+        selector = _pool_key(res.get("node_selector", {}))
+        if stage in imported and selector not in moves:
+            moves[selector] = {k: imported[stage].get(k, []) for k in ("node_selector", "tolerations")}
+    groups = {"head": rayjob["head"], **rayjob["workers"]}
+    moved = {n: g | moves.get(_pool_key(g.get("node_selector", {})), {}) for n, g in groups.items()}
+    return rayjob | {"head": moved.pop("head"), "workers": moved}
+
+
+def _pool_key(selector: dict) -> str:
+    """A node selector as a dict key."""
+    return yaml.safe_dump(selector, sort_keys=True)
+
+
 def build(outputs: dict, name: str, conf_dir: Path, base: str) -> dict[str, dict]:
     """{"infra": ..., "store": ...}: the two config groups for this cluster, validated."""
     rendered = output_value(outputs, "harnessrl_config")
@@ -56,7 +74,10 @@ def build(outputs: dict, name: str, conf_dir: Path, base: str) -> dict[str, dict
     base_file = conf_dir / "infra" / f"{base}.yaml"
     if not base_file.is_file():
         raise InfraImportError(f"--base {base}: no {base_file}")
-    infra = overlay(yaml.safe_load(base_file.read_text()), rendered.get("infra", {})) | {"name": name}
+    base_infra = yaml.safe_load(base_file.read_text())
+    infra = overlay(base_infra, rendered.get("infra", {})) | {"name": name}
+    if infra.get("rayjob"):
+        infra["rayjob"] = _repool(infra["rayjob"], base_infra.get("resources", {}), infra["resources"])
     s3 = {k: v for k, v in yaml.safe_load((conf_dir / "store" / "s3.yaml").read_text()).items() if k != "defaults"}
     store = overlay(StoreConfig().model_dump() | s3, rendered.get("store", {}))
     return {"infra": _validated(InfraConfig, infra, "infra"), "store": _validated(StoreConfig, store, "store")}
