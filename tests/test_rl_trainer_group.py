@@ -28,10 +28,14 @@ def batch(base: Path) -> list[Sample]:
     return [Sample(p, c.token_ids, c.logprobs, a) for p, c, a in zip(prompts, done, (1.0, -0.5, 0.7), strict=True)]
 
 
-@pytest.mark.parametrize("minibatches", [1, 2])  # 2: a rank with no share of a mini-batch joins with zeros
-def test_two_ranks_update_as_one_rank_on_the_same_batch(ray_session, tiny_base: dict, minibatches: int) -> None:
+@pytest.mark.parametrize(
+    ("minibatches", "zero_stage"), [(1, 0), (2, 0), (2, 2)]
+)  # 2: a rank with no share of a mini-batch joins with zeros
+def test_two_ranks_update_as_one_rank_on_the_same_batch(
+    ray_session, tiny_base: dict, minibatches: int, zero_stage: int
+) -> None:
     cfg = compose([*SMOKE, "stages.rl.mode=async", "stages.rl.trainer_world_size=2", "stages.rl.lr=0.01",
-                   f"stages.rl.minibatches={minibatches}"]).stages.rl  # fmt: skip
+                   f"stages.rl.minibatches={minibatches}", f"stages.rl.zero_stage={zero_stage}"]).stages.rl  # fmt: skip
     samples = batch(tiny_base["base"])
     one, tok = load(tiny_base["base"])
     stats_one = LocalTrainer(one, None, cfg, tok.pad_token_id).update(samples)
