@@ -53,3 +53,29 @@ def test_an_api_error_that_is_not_transient_deletes_the_job_and_is_raised() -> N
     with pytest.raises(ApiError, match="403"):
         kube.run_job(api, REF, {}, verdict, deadline_s=0, poll_s=0.01, say=lambda _: None)
     assert api.calls == ["create", "get", "get", "delete"]
+
+
+def test_the_job_is_owned_by_the_stage_pod_in_its_namespace(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    class Core:  # a recorded stub of CoreV1Api.read_namespaced_pod
+        def read_namespaced_pod(self, name: str, namespace: str):
+            return SimpleNamespace(metadata=SimpleNamespace(name=name, uid=f"uid-of-{name}"))
+
+    monkeypatch.setenv("HOSTNAME", "harnessrl-run-cpt-pod")
+    (tmp_path / "namespace").write_text("kubeflow\n")
+    owner = kube.pod_owner("kubeflow", Core(), sa_dir=tmp_path)
+    assert owner == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "harnessrl-run-cpt-pod",
+        "uid": "uid-of-harnessrl-run-cpt-pod",
+    }
+    assert kube.pod_owner("other-namespace", Core(), sa_dir=tmp_path) is None  # no owners across namespaces
+    assert kube.pod_owner("kubeflow", Core(), sa_dir=tmp_path / "absent") is None  # not in a pod
+
+    created = []
+    api = Scripted(creates=[{}], gets=[DONE])
+    api.create_namespaced_custom_object = lambda *args: created.append(args[-1]) or {}
+    kube.run_job(api, REF, {"metadata": {"name": REF[-1]}}, verdict, 0, 0.01, lambda _: None, owner=owner)
+    assert created[0]["metadata"] == {"name": REF[-1], "ownerReferences": [owner]}

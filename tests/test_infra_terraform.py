@@ -159,6 +159,15 @@ def test_platform_defaults_match_harnessrl_conf():
     import importlib.metadata
 
     assert default("trainer_version") == f'"v{importlib.metadata.version("kubeflow-trainer-api")}"'
+    # The stages may create, read and delete their jobs where they create them (harnessrl/cluster).
+    namespace, account = default("pipeline_service_accounts").strip('[]"').split(":")
+    assert conf["trainjob"]["namespace"] == conf["rayjob"]["namespace"] == namespace
+    assert conf["trainjob"]["service_account"] == conf["rayjob"]["service_account"] == account
+    main = (TF_ROOT / "platform" / "main.tf").read_text()
+    role = main[main.index('resource "kubernetes_role_v1" "harnessrl_jobs"') :]
+    for group, kind in (("trainer.kubeflow.org", "trainjobs"), ("ray.io", "rayjobs")):
+        rule = re.search(rf'api_groups = \["{group}"\]\s+resources\s+= \["{kind}"\]\s+verbs\s+= \[([^\]]*)\]', role)
+        assert rule and {"create", "get", "delete"} <= set(re.findall(r'"(\w+)"', rule.group(1))), kind
 
 
 def mocked_outputs(tf) -> dict:

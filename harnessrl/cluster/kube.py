@@ -92,6 +92,25 @@ def kube_api() -> Any:
     return client.CustomObjectsApi()
 
 
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def pod_owner(namespace: str, core: Any = None, sa_dir: Path = SERVICE_ACCOUNT) -> dict | None:
+    """An ownerReference to the pod this stage runs in, when it runs in `namespace` on a cluster: the
+    job then goes with the pod, so a stage pod killed outright (OOM, a lost node) orphans nothing.
+    None elsewhere (a laptop, or a job in another namespace, which Kubernetes cannot own across)."""
+    import os
+
+    if not (sa_dir / "namespace").is_file() or (sa_dir / "namespace").read_text().strip() != namespace:
+        return None
+    if core is None:
+        from kubernetes import client
+
+        core = client.CoreV1Api()
+    pod = core.read_namespaced_pod(os.environ["HOSTNAME"], namespace)  # a pod's hostname is its name
+    return {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.metadata.uid}
+
+
 class Cancelled(Exception):
     """KFP cancelled the stage (SIGTERM to its pod)."""
 
@@ -100,7 +119,7 @@ TRANSIENT = (429, 500, 502, 503, 504)  # API answers worth another read, not a f
 
 
 def run_job(api: Any, ref: tuple[str, str, str, str, str], body: dict, verdict: Verdict, deadline_s: float,
-            poll_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
+            poll_s: float, say: Callable[[str], None], owner: dict | None = None) -> None:  # fmt: skip
     """Create the object `ref` (group, version, namespace, plural, name) from `body` and read it until
     `verdict` says it is done. Raises RuntimeError when it failed (with why), TimeoutError past
     `deadline_s` (0: none), Cancelled on SIGTERM, or the API's error. On every way out but success or
@@ -108,6 +127,8 @@ def run_job(api: Any, ref: tuple[str, str, str, str, str], body: dict, verdict: 
     the same name left by a killed try of this stage is replaced."""
     group, version, namespace, plural, name = ref
     what = f"{plural[:-1]} {namespace}/{name}"
+    if owner is not None:
+        body = body | {"metadata": body["metadata"] | {"ownerReferences": [owner]}}
     started, last, errors = time.time(), None, 0
 
     def on_term(signum: int, frame: Any) -> None:

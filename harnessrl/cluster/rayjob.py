@@ -159,7 +159,8 @@ def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
     say(f"creating RayJob {namespace}/{name}: head + {groups}")
     deadline = cluster.timeout_s * 1.1 if cluster.timeout_s else 0  # a backstop after KubeRay's own
     body = manifest(name, cluster, spec)
-    kube.run_job(api, (GROUP, VERSION, namespace, PLURAL, name), body, verdict, deadline, cluster.rayjob.poll_s, say)
+    ref = (GROUP, VERSION, namespace, PLURAL, name)
+    kube.run_job(api, ref, body, verdict, deadline, cluster.rayjob.poll_s, say, owner=kube.pod_owner(namespace))
     return kube.publish(job_ctx, ctx, spec, result, f"RayJob {namespace}/{name}")
 
 

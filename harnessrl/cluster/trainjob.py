@@ -119,7 +119,8 @@ def run(target: str, ctx: StageContext, world_size: int, api: Any = None) -> dic
     # Trainer enforces activeDeadlineSeconds itself; our own deadline is a backstop a little later.
     deadline = cluster.resources.timeout_s * 1.1 if cluster.resources.timeout_s else 0
     body = manifest(name, cluster, world_size, spec)
-    kube.run_job(api, (GROUP, VERSION, namespace, PLURAL, name), body, verdict, deadline, cluster.trainjob.poll_s, say)
+    ref = (GROUP, VERSION, namespace, PLURAL, name)
+    kube.run_job(api, ref, body, verdict, deadline, cluster.trainjob.poll_s, say, owner=kube.pod_owner(namespace))
     return kube.publish(job_ctx, ctx, spec, result, f"TrainJob {namespace}/{name}")
 
 

@@ -110,6 +110,52 @@ resource "terraform_data" "trainer" {
 
 # ----------------------------------------------------------------------------- what harnessrl's configs name
 
+# The stages create their jobs themselves (harnessrl/cluster): multi-node CPT/SFT as TrainJobs, async RL
+# as RayJobs, owned by the stage's pod (hence reading pods). The pipeline's service accounts may do that,
+# and only that, in the pipelines' namespace, where conf/infra/gpu_cluster.yaml creates them.
+resource "kubernetes_role_v1" "harnessrl_jobs" {
+  metadata {
+    name      = "harnessrl-jobs"
+    namespace = local.kfp_namespace
+  }
+  rule {
+    api_groups = ["trainer.kubeflow.org"]
+    resources  = ["trainjobs"]
+    verbs      = ["create", "get", "list", "watch", "delete"]
+  }
+  rule {
+    api_groups = ["ray.io"]
+    resources  = ["rayjobs"]
+    verbs      = ["create", "get", "list", "watch", "delete"]
+  }
+  rule {
+    api_groups = [""]
+    resources  = ["pods"]
+    verbs      = ["get"]
+  }
+  depends_on = [terraform_data.kfp]
+}
+
+resource "kubernetes_role_binding_v1" "harnessrl_jobs" {
+  metadata {
+    name      = "harnessrl-jobs"
+    namespace = local.kfp_namespace
+  }
+  role_ref {
+    api_group = "rbac.authorization.k8s.io"
+    kind      = "Role"
+    name      = kubernetes_role_v1.harnessrl_jobs.metadata[0].name
+  }
+  dynamic "subject" {
+    for_each = var.pipeline_service_accounts
+    content {
+      kind      = "ServiceAccount"
+      name      = split(":", subject.value)[1]
+      namespace = split(":", subject.value)[0]
+    }
+  }
+}
+
 # IRSA: pods running as these service accounts get the pipeline role (one bucket).
 resource "kubernetes_annotations" "pipeline_irsa" {
   for_each    = toset(var.pipeline_service_accounts)
