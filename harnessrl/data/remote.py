@@ -92,7 +92,7 @@ def _inside(root: Path, data_dir: Path) -> Path:
 
 
 def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
-    """`dvc add` the data folder (updating data.dvc) and push its files; returns md5 and counts."""
+    """`dvc add` the data folder (updating its pointer) and push its files; returns md5 and counts."""
     data_dir = _inside(root, data_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"{data_dir}: no data folder; build it with `harnessrl data build`")
@@ -107,14 +107,14 @@ def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
 
 
 def pull(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
-    """Fetch the files data.dvc names and check the data folder out; verifies its md5."""
+    """Fetch the files the folder's pointer names and check the folder out; verifies its md5."""
     data_dir = _inside(root, data_dir)
     md5 = recorded_md5(data_dir)
     with open_repo(root.resolve(), url, cfg) as repo:
         stats = repo.pull(targets=[str(dvc_file(data_dir))], force=True)
     got = dvc_dir_md5(data_dir)
     if got != md5:
-        raise RuntimeError(f"{data_dir}: after pull md5 is {got}, data.dvc records {md5}")
+        raise RuntimeError(f"{data_dir}: after pull md5 is {got}, {dvc_file(data_dir).name} records {md5}")
     return {
         "md5": md5,
         "fetched": stats.get("stats", {}).get("fetched", 0),
