@@ -282,11 +282,10 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
 
 
-def _cmd_data_remote(args: argparse.Namespace) -> int:
+def _cmd_data_remote(args: argparse.Namespace, cfg: Config) -> int:
     from harnessrl.data import remote
     from harnessrl.data.build import data_folder
 
-    cfg = compose(args.overrides)
     store = cfg.store.model_copy(update={"endpoint_url": args.endpoint_url or cfg.store.endpoint_url})
     url = args.remote or store.data_remote
     folder = data_folder(cfg.data, args.repo)
@@ -524,9 +523,9 @@ def _cmd_rl(args: argparse.Namespace) -> int:
         print(f"harnessrl: error: --checkpoint {args.checkpoint}: not a Hugging Face checkpoint", file=sys.stderr)
         return EXIT_BAD_INPUT
     manifest = json.loads((args.checkpoint / MANIFEST).read_text()) if (args.checkpoint / MANIFEST).is_file() else {}
-    recorded = Path(manifest.get("datasets", {}).get("data", {}).get("path") or data_folder(cfg.data))
+    recorded = manifest.get("datasets", {}).get("data", {}).get("path")
     # A checkpoint from a cluster records a path inside its pod: then the data config's own folder here.
-    data = args.data or (recorded if recorded.is_dir() else data_folder(cfg.data))
+    data = args.data or (Path(recorded) if recorded and Path(recorded).is_dir() else data_folder(cfg.data))
     if not (data / "prompts.jsonl").is_file():
         print(
             f"harnessrl: error: --data {data}: no prompts.jsonl (build it with `harnessrl data build`)", file=sys.stderr
@@ -648,16 +647,16 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from harnessrl.data.build import build, data_folder
     from harnessrl.data.md5 import dvc_dir_md5
 
-    if args.data_command in ("push", "pull"):
-        return _cmd_data_remote(args)
     cfg = compose(args.overrides)
+    if args.data_command in ("push", "pull"):
+        return _cmd_data_remote(args, cfg)
     if args.push and args.output:
         print("harnessrl: error: --push pushes the data config's own folder; drop -o", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = args.output or data_folder(cfg.data, args.repo)
     build(cfg.data, out, progress=True)
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
-    return _cmd_data_remote(args) if args.push else 0
+    return _cmd_data_remote(args, cfg) if args.push else 0
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:

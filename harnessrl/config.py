@@ -413,16 +413,17 @@ class RayGroup(Strict):
 
 
 class RayJobConfig(Strict):
-    """Async RL on a cluster: a RayJob on KubeRay (harnessrl/cluster/rayjob.py). The driver, which is
-    the RL trainer, runs on the head; the rollout and environment workers on the worker groups."""
+    """Async RL on a cluster: a RayJob on KubeRay (harnessrl/cluster/rayjob.py). The driver, the RL
+    loop, runs on the head (and trains there when trainer_world_size is 1); the trainer's ranks, the
+    rollout and the environment workers run on the worker groups that RL's placement names."""
 
     namespace: str = "kubeflow"
     ray_version: str = Field(description="the Ray in infra.image, which KubeRay must know")
     service_account: str = Field("pipeline-runner", description="the Ray pods' account (IRSA: S3 access)")
     ttl_s_after_finished: int = Field(600, ge=0, description="how long the finished RayJob's cluster stays, for logs")
     poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
-    head: RayGroup = Field(description="the driver's pod: the RL trainer")
-    workers: dict[str, RayGroup] = Field(description="worker groups by name, e.g. rollout and env")
+    head: RayGroup = Field(description="the driver's pod: the RL loop")
+    workers: dict[str, RayGroup] = Field(description="worker groups by name, e.g. trainer, rollout and env")
 
 
 class InfraConfig(Strict):

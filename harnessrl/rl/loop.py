@@ -273,18 +273,20 @@ def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[
 
 
 class LocalTrainer:
-    """The RL trainer in this process: the DeepSpeed engine over the policy model itself."""
+    """The RL trainer in this process: the DeepSpeed engine over the policy model itself. As rank
+    `rank` of `world` (trainer_group.py) it trains on its share of every mini-batch."""
 
-    def __init__(self, model: nn.Module, reference: nn.Module | None, cfg: RLConfig, pad: int) -> None:
+    def __init__(self, model: nn.Module, reference: nn.Module | None, cfg: RLConfig, pad: int, rank: int = 0,
+                 world: int = 1) -> None:  # fmt: skip
         from harnessrl.train import distributed
 
         distributed.setup()
-        self.model, self.reference, self.cfg, self.pad = model, reference, cfg, pad
+        self.model, self.reference, self.cfg, self.pad, self.rank, self.world = model, reference, cfg, pad, rank, world
         self.engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
 
     def update(self, samples: list[Sample]) -> Update:
         self.model.train()
-        stats = update(self.engine, self.model, self.reference, samples, self.cfg, self.pad)
+        stats = update(self.engine, self.model, self.reference, samples, self.cfg, self.pad, self.rank, self.world)
         self.model.eval()
         return stats
 

@@ -44,32 +44,24 @@ class TrainerRank:
         return ray.util.get_node_ip_address(), free_port()
 
     def setup(self, addr: str, port: int) -> None:
-        """Join the process group and build the engine; every rank calls this at once."""
+        """Join the process group and build this rank's trainer; every rank calls this at once."""
         import os
 
         import torch
 
-        from harnessrl.rl.loop import trainer_config
-        from harnessrl.train import distributed
-        from harnessrl.train.engine import build_engine
+        from harnessrl.rl.loop import LocalTrainer
 
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
                           MASTER_ADDR=addr, MASTER_PORT=str(port))  # fmt: skip
         torch.manual_seed(self.seed)
-        distributed.setup()
         if torch.cuda.is_available():  # Ray made this rank's GPU its only visible one
             self.model.cuda()
             if self.reference is not None:
                 self.reference.cuda()
-        self.engine = build_engine(self.model, trainer_config(self.cfg, self.model.config.max_position_embeddings))
+        self.trainer = LocalTrainer(self.model, self.reference, self.cfg, self.pad, self.rank, self.world)
 
     def update(self, samples: list) -> object:
-        from harnessrl.rl.loop import update
-
-        self.model.train()
-        stats = update(self.engine, self.model, self.reference, samples, self.cfg, self.pad, self.rank, self.world)
-        self.model.eval()
-        return stats
+        return self.trainer.update(samples)
 
     def weights(self) -> bytes:
         from harnessrl.engines.weights import weights_blob
@@ -79,16 +71,12 @@ class TrainerRank:
     def save(self, state_dir: str, step: int, extra: dict) -> None:
         from pathlib import Path
 
-        from harnessrl.train.engine import save_state
-
-        save_state(self.engine, Path(state_dir), step, extra)
+        self.trainer.save(Path(state_dir), step, extra)
 
     def load(self, state_dir: str) -> tuple[int, dict]:
         from pathlib import Path
 
-        from harnessrl.train.engine import load_state
-
-        return load_state(self.engine, Path(state_dir))
+        return self.trainer.load(Path(state_dir))
 
 
 class TrainerGroup:
