@@ -1,0 +1,157 @@
+"""`harnessrl tasks build|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harnessrl.cli.common import EXIT_BAD_INPUT
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from harnessrl.tasks.suites import SUITES
+
+    p = sub.add_parser("tasks", help="build task suites and run the expert on them")
+    tsub = p.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
+    pb = tsub.add_parser(
+        "build",
+        help="generate a suite directory deterministically",
+        description="Build a suite: DIR/tasks/{train,heldout}.jsonl (one task per line), DIR/repos/ "
+        "(repo snapshots) and DIR/suite.json. Same seed and code, same bytes. Held-out tasks use repos "
+        "(for --source: modules) that no train task uses.",
+    )
+    pb.add_argument("--suite", required=True, choices=list(SUITES), help="which suite")
+    pb.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    pb.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="suite directory to write")
+    pb.add_argument("--num", type=int, default=40, help="tasks, a quarter held out (default: %(default)s)")
+    pb.add_argument(
+        "--source",
+        type=Path,
+        metavar="PATH",
+        help="bugfix only: plant bugs in this Python directory (e.g. an installed package's source) "
+        "instead of generated repos",
+    )
+    pe = tsub.add_parser(
+        "expert",
+        help="run the scripted expert on a suite and print its success rate",
+        description="Run the expert policy on every task of a suite in the sandboxed harness and print "
+        "the success rate per suite: a check that the suite is solvable and its checkers agree.",
+    )
+    pe.add_argument("suite_dir", type=Path, metavar="DIR", help="a suite directory from `tasks build`")
+    pe.add_argument("--split", choices=["train", "heldout", "all"], default="all", help="default: %(default)s")
+    pe.add_argument("--workers", type=int, default=4, help="concurrent episodes (default: %(default)s)")
+    pe.add_argument(
+        "--context-budget",
+        type=int,
+        metavar="N",
+        help="also run every task at this context budget (estimated tokens, 4 characters each), without "
+        "context management and with summaries: does the suite need them?",
+    )
+    pe.add_argument(
+        "--summary-trigger", type=int, metavar="N", help="with --context-budget: summarize here (default: 2/3 of it)"
+    )
+
+    p = sub.add_parser("tools", help="run the harness's tools by hand")
+    tsub = p.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
+    px = tsub.add_parser(
+        "exec",
+        help="run one assistant message's tool calls over a copy of a directory",
+        description="Read one raw assistant message on stdin, classify it as the harness does "
+        "(tool_calls, final or malformed), run its calls in the sandbox over a COPY of --workspace, and "
+        'print one JSON object: {"kind": ..., "errors": [...], "results": [{"name", "ok", "output"}]}. '
+        "Exits 0 for every classification; non-zero only when the harness itself fails.",
+        epilog='example: echo \'<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\' | '
+        "harnessrl tools exec --workspace .",
+    )
+    px.add_argument("--workspace", type=Path, required=True, metavar="DIR", help="directory to copy and work in")
+    px.add_argument("--tools", help="comma-separated tool names the message may call (default: all)")
+    px.add_argument("--user", help="what the simulated user answers to ask_user (default: no user)")
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from harnessrl.tasks import TaskFileError, build_suite, expert_trajectories, load_suite, success_rates
+
+    try:
+        if args.tasks_command == "build":
+            if args.source is not None and args.suite != "bugfix":
+                raise ValueError(f"--source is for the bugfix suite, not {args.suite}")
+            t0 = time.time()
+            info = build_suite(args.suite, args.output, args.seed, args.num, args.source)
+            counts = ", ".join(f"{n} {s}" for s, n in info["counts"].items())
+            print(f"built {args.output}: {args.suite}, {counts} tasks ({time.time() - t0:.1f}s)")
+            return 0
+        splits = ["train", "heldout"] if args.split == "all" else [args.split]
+        tasks = [t for s in splits for t in load_suite(args.suite_dir, s)]
+    except (TaskFileError, FileNotFoundError, ValueError) as e:
+        print(f"harnessrl: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    runs = {"": None}
+    if args.context_budget:
+        from pydantic import ValidationError
+
+        from harnessrl.harness.context import ContextConfig
+        from harnessrl.harness.episode import Budgets
+
+        trigger = args.summary_trigger or args.context_budget * 2 // 3
+        try:
+            runs = {
+                " without context management": Budgets(context=ContextConfig(budget=args.context_budget)),
+                " with summaries": Budgets(context=ContextConfig(policy="summarize", budget=args.context_budget,
+                                           trigger=trigger, summary_max_tokens=args.context_budget - trigger)),
+            }  # fmt: skip
+        except ValidationError as e:
+            print(f"harnessrl: error: --summary-trigger: {e.errors()[0]['msg']}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    t0, episodes = time.time(), 0
+    for label, budgets in runs.items():
+        trajectories = expert_trajectories(tasks, args.suite_dir, workers=args.workers, budgets=budgets)
+        episodes += len(trajectories)
+        for suite, rate in success_rates(trajectories).items():
+            mine = [t for t in trajectories if t.meta["suite"] == suite]
+            summaries = sum(t.counts.summaries for t in mine) / len(mine)
+            extra = f", {summaries:.1f} summaries per episode" if budgets is not None else ""
+            print(f"{suite}: expert success {rate:.3f} over {len(mine)} tasks{label}{extra}")
+    dt = time.time() - t0
+    print(f"{episodes} episodes in {dt:.1f}s ({episodes / dt:.1f} episodes/s)")
+    return 0
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+    from harnessrl.harness.sandbox import Sandbox, SandboxUnavailable, create_workspace, remove_workspace
+    from harnessrl.harness.tools import ALL_TOOLS, ToolContext, select
+
+    if not args.workspace.is_dir():
+        print(f"harnessrl: error: --workspace {args.workspace}: not a directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        tools = select([n.strip() for n in args.tools.split(",")] if args.tools else list(ALL_TOOLS))
+    except KeyError as e:
+        print(f"harnessrl: error: --tools: {e.args[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    message = sys.stdin.buffer.read().decode("utf-8", "replace")
+    turns = [message]  # one turn: the message; the episode stops after it (max_turns=1)
+
+    def policy(messages: list, tool_specs: list, max_tokens: int) -> AssistantTurn:
+        return AssistantTurn(text=turns.pop(0))
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="tools-exec-") as tmp:
+            ws = create_workspace(args.workspace, Path(tmp) / "ws", method="copy")
+            try:
+                ctx = ToolContext(ws, Sandbox(ws), ask_user=(lambda q: args.user) if args.user is not None else None)
+                traj = run_episode(policy, "(tools exec)", tools, ctx, budgets=Budgets(max_turns=1))
+            finally:
+                remove_workspace(ws)
+    except (SandboxUnavailable, OSError) as e:
+        print(f"harnessrl: harness failure: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    turn = traj.turns[0]
+    results = [{"name": c.name, "ok": not c.error, "output": c.output} for c in turn.calls]
+    print(json.dumps({"kind": turn.kind, "errors": turn.errors, "results": results}))
+    return 0
