@@ -294,7 +294,7 @@ class GateConfig(Strict):
     metric: Literal[EVAL_METRICS] = Field(description="an eval metric, e.g. success or malformed")
     higher_is_better: bool | None = Field(None, description="None: the metric's own direction")
     tolerance: float = Field(0.0, ge=0, description="absolute slack, in the metric's units")
-    stages: list[Literal["cpt", "sft", "rl", "long_horizon"]] = Field(
+    stages: list[Literal["cpt", "sft", "rl", "long_horizon", "live"]] = Field(
         [], description="the checkpoints (by stage) the gate judges against their parents; []: all"
     )
     suite: str | None = Field(None, description="one suite, or None: each suite on its own")
@@ -328,6 +328,19 @@ class StagesConfig(Strict):
 # ----------------------------------------------------------------------------- reward, engine
 
 
+class LiveRewardConfig(Strict):
+    """Weights of the production signals (harnessrl/live/feedback.py), each a named reward component of
+    a served session. The logged turns' malformed calls and clarifying questions are charged with the
+    simulated rewards' own `malformed` and `clarify` weights."""
+
+    edit_kept: float = Field(1.0, ge=0, description="per edit still in the repository when checked")
+    edit_reverted: float = Field(-1.0, le=0, description="per edit the user undid")
+    accepted: float = Field(0.75, ge=0, description="per suggestion or answer accepted (Tab: +0.75)")
+    rejected: float = Field(-0.25, le=0, description="per suggestion or answer rejected (Tab: -0.25)")
+    dissatisfied: float = Field(-0.5, le=0, description="per dissatisfied follow-up")
+    latency: float = Field(-0.05, le=0, description="per second of latency the client reported")
+
+
 class RewardConfig(Strict):
     """Weights of the named reward components; each is logged per trajectory."""
 
@@ -339,6 +352,67 @@ class RewardConfig(Strict):
     clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
     summary_tokens: float = Field(0.0, le=0, description="per 1k tokens of self-summaries, of a solved task")
     overlong: float = Field(0.0, le=0, description="per episode that ran out of a budget instead of answering")
+    live: LiveRewardConfig = Field(default_factory=LiveRewardConfig, description="real-time RL's signals")
+
+
+class LiveMonitorConfig(Strict):
+    """Real-time RL's hack alarms, judged on each cycle's sessions (harnessrl/live/monitors.py). Real
+    users reward what they like, so a hack shows as reward flowing to behaviour the harness calls bad."""
+
+    malformed_max: float | None = Field(0.2, ge=0, le=1, description="share of a cycle's turns that were malformed")
+    clarify_max: float | None = Field(0.5, ge=0, description="clarifying questions per session")
+    rewarded_gap: float | None = Field(
+        0.0,
+        description="alarm when sessions with malformed calls (or with clarifying questions) earn a mean "
+        "feedback reward more than this above the others'",
+    )
+    min_sessions: int = Field(4, ge=1, description="sessions each side needs before rewarded_gap is judged")
+
+
+class LiveConfig(Strict):
+    """Stage 6, real-time RL (components/live_rl.py): the served model's sessions and their feedback
+    become on-policy RL steps, promoted only through the eval gate. The update itself is stages.rl's."""
+
+    off_policy: Literal["drop", "importance"] = Field(
+        "drop",
+        description="sessions a checkpoint other than the served one produced: dropped, or trained with the "
+        "logged behaviour logprobs' truncated importance weights (stages.rl.tis_cap)",
+    )
+    min_sessions: int = Field(16, gt=0, description="a cycle with fewer ready sessions trains nothing and waits")
+    max_sessions: int = Field(512, gt=0, description="the most sessions one cycle trains on (the oldest first)")
+    session_timeout_s: float = Field(
+        900.0, gt=0, description="a session with no outcome feedback this long after its last turn is used as is"
+    )
+    dissatisfied_patterns: list[str] = Field(
+        [r"\b(wrong|broken|still (fails|failing|wrong)|doesn'?t work|not what i)\b", r"\bundo\b"],
+        description="regexes (case-insensitive) that label a follow-up's text dissatisfied when it has no flag",
+    )
+    epochs: int = Field(
+        1,
+        gt=0,
+        description="passes of stages.rl's update over a cycle's turns; each token's importance weight "
+        "against its logged behaviour logprob is truncated at stages.rl.tis_cap",
+    )
+    every_s: float = Field(60.0, gt=0, description="`harnessrl live run`: seconds between cycles")
+    recurring_hours: int = Field(5, gt=0, description="on the cluster: hours between the recurring run's cycles")
+    gates: list[GateConfig] = Field(
+        [GateConfig(metric="success", tolerance=0.0), GateConfig(metric="malformed", tolerance=0.02)],
+        min_length=1,
+        description="the candidate against the served checkpoint on stages.eval's held-out suites",
+    )
+    monitors: LiveMonitorConfig = Field(default_factory=LiveMonitorConfig)
+    train_on_alarm: bool = Field(
+        False, description="false: a cycle whose sessions raise an alarm trains nothing (they are used up)"
+    )
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> LiveConfig:
+        for i, p in enumerate(self.dissatisfied_patterns):
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"dissatisfied_patterns[{i}]: not a regex ({e})") from None
+        return self
 
 
 class EngineConfig(Strict):
@@ -489,6 +563,7 @@ class Config(Strict):
     stages: StagesConfig
     reward: RewardConfig
     engine: EngineConfig
+    live: LiveConfig = Field(default_factory=LiveConfig, description="real-time RL: `harnessrl live`")
     infra: InfraConfig
     store: StoreConfig = Field(default_factory=StoreConfig, description="not part of any stage's cache key")
 
@@ -580,7 +655,8 @@ class Config(Strict):
                                 "pvc": infra.pvc.model_dump(), "secrets": [s.model_dump() for s in infra.secrets],
                                 "trainjob": infra.trainjob.model_dump(), "nodes": self.training_nodes(stage)}}  # fmt: skip
         if stage in ("rl", "long_horizon"):
-            out |= {"reward": self.reward.model_dump()}
+            # Live RL's weights are not the stage's: changing them must not re-run it.
+            out |= {"reward": self.reward.model_dump(exclude={"live"})}
             if self.stage_runs_as_rayjob(stage):
                 # What the stage needs to create its RayJob (harnessrl/cluster/rayjob.py).
                 infra = self.infra

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harnessrl.cli import agent, config, data, eval, infra, lineage, report, rl, run, tasks
+from harnessrl.cli import agent, config, data, eval, infra, lineage, live, report, rl, run, serve, tasks
 from harnessrl.cli.common import EXIT_BAD_INPUT
 from harnessrl.config import ConfigError
 
@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     infra.add_parser(sub)
     agent.add_parser(sub)
+    serve.add_parser(sub)
+    live.add_parser(sub)
     return parser
 
 
@@ -66,6 +68,8 @@ COMMANDS = {
     "report": report.cmd_report,
     "agent": agent.cmd_agent,
     "infra": infra.cmd_infra,
+    "serve": serve.cmd_serve,
+    "live": live.cmd_live,
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,8 +84,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
             name = args.served_model or served_model(args.endpoint)
         except EndpointError as e:
             return bad(f"--endpoint: {e}")
-        # A plain request, as any client's: the checkpoint's own serving metadata must do the rest.
-        policy = ChatEndpointPolicy(args.endpoint, name, args.temperature, token_ids=False)
+        # A plain request, as any client's: the checkpoint's own serving metadata must do the rest. The
+        # session id ties this episode's turns together in `harnessrl serve`'s log, for feedback.
+        session = f"agent-{uuid.uuid4().hex}"
+        print(f"session {session}", file=sys.stderr)
+        policy = ChatEndpointPolicy(args.endpoint, name, args.temperature, token_ids=False, session_id=session)
     try:
         trained = load_harness(args.model or args.harness) if (args.model or args.harness) else None
         harness = _agent_harness(args, production_harness(trained), context_len)

@@ -51,12 +51,14 @@ def generate(
     temperature: float,
     seed: int,
     interrupt: Callable[[], bool] | None = None,
+    on_token: Callable[[list[int], list[float]], None] | None = None,
 ) -> list[Completion]:
     """One completion per prompt; greedy when temperature == 0.
 
     A plain decode loop over HF's KV cache. Identical prompts (an RL group's) are prefilled once and
     their cache rows copied. After each token it asks `interrupt()` whether to end the batch there,
-    leaving every unfinished completion where it is."""
+    leaving every unfinished completion where it is. `on_token` sees each step's token and logprob
+    per row as they are sampled (a server streams them); a finished row's are padding."""
     stop = torch.tensor(stop_ids(tok))
     pad = tok.pad_token_id
     width = max(map(len, prompts))
@@ -85,6 +87,8 @@ def generate(
         logprobs.append(logp)
         token = token.masked_fill(done, pad)
         tokens.append(token)
+        if on_token is not None:
+            on_token(token.tolist(), logp.tolist())
         done |= torch.isin(token, stop)
         if done.all() or step == max_new_tokens - 1 or (interrupt is not None and interrupt()):
             break

@@ -33,11 +33,14 @@ def completions_url(base_url: str) -> str:
     return base if base.endswith("/chat/completions") else base + "/chat/completions"
 
 
-def _request(url: str, body: dict | None, timeout_s: float, api_key: str | None, retries: int = 3) -> dict:
+def _request(url: str, body: dict | None, timeout_s: float, api_key: str | None, retries: int = 3,
+             session_id: str | None = None) -> dict:  # fmt: skip
     """POST (or GET without a body) JSON; retries connection failures and 5xx, which are the server's
     hiccups, never 4xx, which are ours. An HTTPError that is not retried propagates to the caller."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+    if session_id:  # `harnessrl serve` logs the turns of one conversation under it; other servers ignore it
+        headers["X-Session-Id"] = session_id
     for attempt in range(retries + 1):
         try:
             req = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
@@ -99,8 +102,10 @@ class ChatEndpointPolicy:
         token_ids: bool = True,
         timeout_s: float = 300.0,
         api_key: str | None = None,
+        session_id: str | None = None,
     ) -> None:
         self.url, self.model = completions_url(base_url), model
+        self.session_id = session_id
         self.temperature = temperature
         self.seed, self.token_ids, self.timeout_s, self.api_key = seed, token_ids, timeout_s, api_key
         self._turn = 0
@@ -119,7 +124,7 @@ class ChatEndpointPolicy:
             body |= {"logprobs": True, "return_tokens_as_token_ids": True}
         self._turn += 1
         try:
-            resp = _request(self.url, body, self.timeout_s, self.api_key)
+            resp = _request(self.url, body, self.timeout_s, self.api_key, session_id=self.session_id)
         except urllib.error.HTTPError as e:
             detail = e.read().decode("utf-8", "replace")[:300]
             if e.code == 400 and "context" in detail.lower():

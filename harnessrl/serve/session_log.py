@@ -1,0 +1,69 @@
+"""Append-only JSONL logs that survive a crash: the served turns, and the feedback on them.
+
+Each record is one line, written with a single `write` on a file opened O_APPEND and, unless told
+otherwise, fsynced before the request that produced it is answered. A crash can therefore lose
+nothing that a client saw, and can at worst leave the last line torn; readers skip torn lines and
+count them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+
+class AppendLog:
+    """One JSONL file, appended to by many threads."""
+
+    def __init__(self, path: Path, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._lock = threading.Lock()
+        self._heal()
+
+    def _heal(self) -> None:
+        """End a torn last line (left by a crash) with a newline, so the next record starts clean."""
+        size = self.path.stat().st_size
+        if size:
+            with self.path.open("rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+            if self.fsync:
+                os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)
+
+
+def read_log(path: Path | str) -> tuple[list[dict[str, Any]], int]:
+    """The records of a log in the order written, and how many torn lines were skipped: a line that
+    is not a JSON object is what a crash mid-write leaves (since ended by the next writer's newline,
+    or still the last line). The callers count and report them; nothing is dropped unseen."""
+    path = Path(path)
+    if not path.is_file():
+        return [], 0
+    records, torn = [], 0
+    for raw in path.read_bytes().split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            torn += 1
+    return records, torn
