@@ -514,7 +514,7 @@ class InfraConfig(Strict):
 
     @model_validator(mode="after")
     def _known_stages(self) -> InfraConfig:
-        known = ["data", *STAGES]  # the data step is scheduled like a stage
+        known = ["data", *STAGES, "live"]  # the data step and the live cycle are scheduled like stages
         unknown = set(self.resources) - set(known) - {"default"}
         if unknown:
             raise ValueError(f"resources has unknown stage(s) {sorted(unknown)}; known: {known}")

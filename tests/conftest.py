@@ -70,6 +70,17 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "data": data, "base": root / "base"}
 
 
+@pytest.fixture(scope="session")
+def smoke_data_root(tiny_base: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data.dir whose folder for the smoke recipe's data config is the tiny base's data."""
+    from harnessrl.config import compose
+    from harnessrl.data.build import folder_name
+
+    root = tmp_path_factory.mktemp("smoke-data-root")
+    (root / folder_name(compose(SMOKE).data)).symlink_to(tiny_base["data"])
+    return root
+
+
 def stage_on_base(tiny_base: dict[str, Path], stage: str, out: Path, overrides: list[str]) -> None:
     """One training stage, as its KFP component runs it, on the smoke data and base checkpoint."""
     import importlib

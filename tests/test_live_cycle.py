@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harnessrl.config import LiveConfig, LiveMonitorConfig, RewardConfig, compose
-from harnessrl.data.build import folder_name
+from harnessrl.config import LiveConfig, LiveMonitorConfig, RewardConfig
 from harnessrl.lineage.manifest import read_manifest
 from harnessrl.lineage.verify import verify
 from harnessrl.live.feedback import Dissatisfaction, parse_event
@@ -91,19 +90,13 @@ def test_monitors_catch_feedback_that_pays_for_a_hack(tmp_path: Path, behaviour,
     assert {i["monitor"] for i in alarms(got.sessions, rewards, cfg.monitors)} == expected
 
 
-@pytest.fixture(scope="module")
-def data_root(tiny_base: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data.dir whose folder for the smoke data config is the tiny base's data."""
-    root = tmp_path_factory.mktemp("live-data")
-    (root / folder_name(compose(SMOKE).data)).symlink_to(tiny_base["data"])
-    return root
-
-
-def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, data_root: Path, tmp_path: Path, capsys) -> None:
-    live = tmp_path / "live"
-    proc, url = start_server(tiny_base["base"], live)
+def log_sessions(checkpoint: Path, live: Path, n: int = 6) -> None:
+    """n served sessions with honest feedback (every other one kept), plus what the join must count:
+    feedback for a session never served, sent twice; a session logged without logprobs (as another
+    server might log it); a session of another checkpoint."""
+    proc, url = start_server(checkpoint, live)
     try:
-        for k in range(6):
+        for k in range(n):
             sid = f"c{k}"
             r = client(url).chat.completions.create(model="tiny", messages=[{"role": "user", "content": f"task {k}"}],
                                                     max_tokens=6, extra_headers={"X-Session-Id": sid})  # fmt: skip
@@ -112,10 +105,8 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, data_root: Path
                 "honest", solved=k % 2 == 0, broken=False, asked=False, edits=True, sid=sid, seconds=2
             )
             httpx.post(url + "/v1/feedback", json={"events": events}).raise_for_status()
-        # Feedback for a session never served, sent twice; a session logged without logprobs (as another
-        # server might log it); a session of another checkpoint.
-        httpx.post(url + "/v1/feedback", json={"type": "accepted", "session_id": "ghost"}).raise_for_status()
-        httpx.post(url + "/v1/feedback", json={"type": "accepted", "session_id": "ghost"}).raise_for_status()
+        for _ in range(2):
+            httpx.post(url + "/v1/feedback", json={"type": "accepted", "session_id": "ghost"}).raise_for_status()
         served = read_log(live / "sessions.jsonl")[0][0]
         extra = AppendLog(live / "sessions.jsonl")
         extra.append(served | {"session_id": "nolp", "logprobs": None})
@@ -125,7 +116,12 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, data_root: Path
             httpx.post(url + "/v1/feedback", json={"type": "accepted", "session_id": sid}).raise_for_status()
     finally:
         stop_server(proc)
-    rc = run_cli("live", "cycle", *SMOKE, f"data.dir={data_root}", "--live-dir", str(live))
+
+
+def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, smoke_data_root: Path, tmp_path: Path, capsys) -> None:
+    live = tmp_path / "live"
+    log_sessions(tiny_base["base"], live)
+    rc = run_cli("live", "cycle", *SMOKE, f"data.dir={smoke_data_root}", "--live-dir", str(live))
     out = capsys.readouterr().out
     assert rc == 0, out
     (row,) = read_log(live / "cycles.jsonl")[0]
@@ -143,6 +139,6 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, data_root: Path
     assert (served_now == str(candidate.resolve())) == (row["result"] == "promoted")
     assert "| 1 | " in (live / "report" / "live.md").read_text() and (live / "report" / "kept_rate.png").is_file()
     # Nothing new: the next cycle waits, and uses nothing up.
-    assert run_cli("live", "cycle", *SMOKE, f"data.dir={data_root}", "--live-dir", str(live)) == 0
+    assert run_cli("live", "cycle", *SMOKE, f"data.dir={smoke_data_root}", "--live-dir", str(live)) == 0
     assert "waiting" in capsys.readouterr().out
     assert len(read_log(live / "cycles.jsonl")[0]) == 1

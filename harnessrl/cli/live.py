@@ -51,6 +51,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     ps = lsub.add_parser("status", help="what is served, and each cycle's figures")
     live_dir(ps)
+    for name, text in (
+        ("compile", "write the live cycle's pipeline as KFP v2 IR YAML"),
+        ("schedule", "compile it and create a KFP recurring run every live.recurring_hours"),
+    ):
+        pk = lsub.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}. The live folder must "
+                             "be on infra.pvc, where `harnessrl serve` writes it.")  # fmt: skip
+        add_overrides(pk)
+        pk.add_argument("--live-dir", required=True, help="the live folder on the cluster, e.g. /models/live/qwen")
+        pk.add_argument("-o", "--output", type=Path, default=Path("live-pipeline.yaml"), help="default: %(default)s")
+        if name == "schedule":
+            pk.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kfp.example.com")
+            pk.add_argument("--experiment", help="experiment name (default: harnessrl)")
     pp = lsub.add_parser("report", help="redraw LIVE_DIR/report (live.md, live.html, kept_rate.png)",
                          description="The live report: each cycle's sessions, kept and dissatisfied rates, latency, "
                          "gate, promotion and incidents, and the kept rate over cycles. Cycles rewrite it.")  # fmt: skip
@@ -98,6 +110,8 @@ def cmd_live(args: argparse.Namespace) -> int:
             print(f"wrote {write_live_report(args.live_dir) / 'live.md'}")
             return 0
         cfg = compose(args.overrides)
+        if args.live_command in ("compile", "schedule"):
+            return _compile(args, cfg)
         if args.live_command == "simulate":
             return _simulate(args, cfg)
         return _cycles(args, cfg, _data_dir(cfg))
@@ -120,6 +134,19 @@ def _cycles(args: argparse.Namespace, cfg, data_dir: Path) -> int:
         if args.live_command == "cycle" or (args.cycles is not None and trained >= args.cycles):
             return 0
         time.sleep(cfg.live.every_s)
+
+
+def _compile(args: argparse.Namespace, cfg) -> int:
+    from pipelines.remote import compile_live, schedule_live
+
+    if args.live_command == "compile":
+        compile_live(cfg, args.output, Path.cwd(), args.live_dir)
+        print(f"wrote {args.output} (one live cycle over {args.live_dir}; schedule it every "
+              f"{cfg.live.recurring_hours} h with `harnessrl live schedule`)")  # fmt: skip
+        return 0
+    job = schedule_live(cfg, args.host, args.experiment, Path.cwd(), args.output, args.live_dir)
+    print(f"recurring run {job}: a live cycle every {cfg.live.recurring_hours} h over {args.live_dir}")
+    return 0
 
 
 def _row_line(row: dict) -> str:
