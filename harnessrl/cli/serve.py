@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-fsync", action="store_true", help="do not fsync each log record (a crash may lose the last ones)"
     )
     p.add_argument(
+        "--no-log", action="store_true", help="no session log: turns no live cycle can train on (for benchmarks)"
+    )
+    p.add_argument(
         "--seed", type=int, default=0, help="sampling seed of requests without their own (default: %(default)s)"
     )
 
@@ -57,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     try:
         serve(args.live_dir, args.checkpoint, args.host, args.port, args.served_model_name, args.dtype,
-              args.max_batch, args.max_tokens, not args.no_fsync, seed=args.seed)  # fmt: skip
+              args.max_batch, args.max_tokens, not args.no_fsync, not args.no_log, seed=args.seed)  # fmt: skip
     except (ValueError, CheckpointError, FileNotFoundError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

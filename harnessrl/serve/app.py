@@ -36,7 +36,7 @@ from harnessrl.serve.session_log import AppendLog
 class Served:
     """What the app serves from: the generation thread, the logs, and the served model's name."""
 
-    def __init__(self, generator: Generator, sessions: AppendLog, feedback: FeedbackStore, name: str,
+    def __init__(self, generator: Generator, sessions: AppendLog | None, feedback: FeedbackStore, name: str,
                  default_max_tokens: int) -> None:  # fmt: skip
         self.generator, self.sessions, self.feedback, self.name = generator, sessions, feedback, name
         self.default_max_tokens = default_max_tokens
@@ -159,17 +159,23 @@ class Turn:
         def on_token(token: int, logprob: float) -> None:
             self.loop.call_soon_threadsafe(self.events.put_nowait, ("token", token, logprob))
 
+        def finish(done: Done | None, error: BaseException | None) -> None:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, ("done", None if error else done, error))
+
         def on_done(result: Completion | BaseException, ckpt: Checkpoint, ttft: float | None) -> None:
-            # On the generation thread: the record is on disk before the client sees the end.
-            done = None
-            if isinstance(result, Completion):
-                try:
-                    done = Done(self, result, ckpt, ttft)
-                    self.served.sessions.append(done.record())
-                    self.served.session_ids.add(self.sid)
-                except Exception as e:
-                    result, done = e, None
-            self.loop.call_soon_threadsafe(self.events.put_nowait, ("done", done, result))
+            # On the generation thread. The client sees the end only once the record is on disk (the
+            # log's writer thread calls `finish` then), so a crash loses nothing a client saw.
+            if not isinstance(result, Completion):
+                return finish(None, result)
+            try:
+                done = Done(self, result, ckpt, ttft)
+                record = done.record()
+            except Exception as e:
+                return finish(None, e)
+            self.served.session_ids.add(self.sid)
+            if self.served.sessions is None:  # served with --no-log
+                return finish(done, None)
+            self.served.sessions.append_then(record, lambda error: finish(done, error))
 
         return Job(self.prompt, self.room, self.req.temperature, self.req.seed, on_token, on_done)
 

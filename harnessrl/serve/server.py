@@ -85,6 +85,7 @@ def serve(
     max_batch: int = 8,
     max_tokens: int = 256,
     fsync: bool = True,
+    log: bool = True,
     watch_s: float = 1.0,
     seed: int = 0,
 ) -> None:
@@ -101,18 +102,19 @@ def serve(
     if served_checkpoint(live_dir) is None:
         set_served(live_dir, ckpt.path, ckpt.version)
     generator = Generator(ckpt, max_batch=max_batch, seed=seed)
-    served = Served(generator, AppendLog(live_dir / SESSIONS, fsync), FeedbackStore(live_dir / FEEDBACK, fsync),
-                    name, max_tokens)  # fmt: skip
+    sessions = AppendLog(live_dir / SESSIONS, fsync) if log else None
+    served = Served(generator, sessions, FeedbackStore(live_dir / FEEDBACK, fsync), name, max_tokens)
     served.session_ids |= {r.get("session_id") for r in read_log(live_dir / SESSIONS)[0]}
     stop = threading.Event()
     watcher = threading.Thread(target=watch_promotions, args=(live_dir, generator, dtype, watch_s, stop), daemon=True)
     watcher.start()
     print(f"[serve] {name}: {ckpt.path} (version {ckpt.version[:12]}) on http://{host}:{port}/v1, "
-          f"logging to {live_dir}", flush=True)  # fmt: skip
+          f"{'logging to' if log else 'NOT logging sessions (--no-log) in'} {live_dir}", flush=True)  # fmt: skip
     try:
         uvicorn.run(create_app(served), host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
     finally:
         stop.set()
         generator.close()
-        served.sessions.close()
+        if sessions is not None:
+            sessions.close()
         served.feedback.close()
