@@ -156,6 +156,33 @@ def test_feedback_is_validated_counted_and_stored_once(server) -> None:
     assert [e["type"] for e in stored] == ["accepted", "followup", "latency"]
 
 
+def swap_under_load(url: str, live: Path, new: Path, clients: int = 3, timeout_s: float = 60) -> tuple[list, list]:
+    """Promote `new` (served.json, as `harnessrl live` does) while `clients` threads keep asking until
+    one is answered by it; returns the versions that answered, in order, and any errors."""
+    fresh, versions, errors = read_manifest(new)["manifest_hash"], [], []
+    stop_at = time.monotonic() + timeout_s
+
+    def ask() -> None:
+        while time.monotonic() < stop_at and fresh not in versions:
+            try:
+                r = client(url).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                                        max_tokens=8)  # fmt: skip
+                versions.append(r.system_fingerprint)
+            except Exception as e:
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=ask) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    served = json.loads((live / "served.json").read_text())
+    (live / "served.json.tmp").write_text(json.dumps(served | {"checkpoint": str(new)}))
+    (live / "served.json.tmp").replace(live / "served.json")
+    for t in threads:
+        t.join()
+    return versions, errors
+
+
 def test_hot_swap_drops_nothing_and_names_each_version(server, tmp_path: Path) -> None:
     import torch
 
@@ -171,29 +198,15 @@ def test_hot_swap_drops_nothing_and_names_each_version(server, tmp_path: Path) -
     save(model, tok, new)
     write_manifest(new, stage="live", config={}, parent=ckpt, data_md5=None, metrics={}, started=0.0, seed=0,
                    world_size=1)  # fmt: skip
-    versions, errors, stop_at = [], [], time.monotonic() + 60
-
-    def ask() -> None:
-        while time.monotonic() < stop_at and (not versions or versions[-1] != read_manifest(new)["manifest_hash"]):
-            try:
-                r = client(url).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
-                                                        max_tokens=8)  # fmt: skip
-                versions.append(r.system_fingerprint)
-            except Exception as e:
-                errors.append(repr(e))
-
-    threads = [threading.Thread(target=ask) for _ in range(3)]
-    for t in threads:
-        t.start()
-    time.sleep(1.0)
     shutil.copy(live / "served.json", tmp_path / "served.json")
-    served = json.loads((live / "served.json").read_text())
-    (live / "served.json.tmp").write_text(json.dumps(served | {"checkpoint": str(new)}))
-    (live / "served.json.tmp").replace(live / "served.json")
-    for t in threads:
-        t.join()
+    versions, errors = swap_under_load(url, live, new)
     assert errors == []
     old, fresh = read_manifest(ckpt)["manifest_hash"], read_manifest(new)["manifest_hash"]
     assert versions[0] == old and set(versions) == {old, fresh}
     assert httpx.get(url + "/health").json()["policy_version"] == fresh
-    (live / "served.json").write_text((tmp_path / "served.json").read_text())  # back, for the other tests
+    # Back, with no request in flight: an idle server swaps too.
+    (live / "served.json").write_text((tmp_path / "served.json").read_text())
+    deadline = time.monotonic() + 30
+    while httpx.get(url + "/health").json()["policy_version"] != old and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert httpx.get(url + "/health").json()["policy_version"] == old

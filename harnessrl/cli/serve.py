@@ -33,13 +33,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="default: %(default)s"
     )
-    p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default: %(default)s)")
+    p.add_argument("--max-batch", type=int, help="hf: requests decoded together (default: 8)")
     p.add_argument(
         "--max-tokens", type=int, default=256, help="a turn's cap when the request sets none (default: %(default)s)"
     )
     p.add_argument(
         "--no-fsync", action="store_true", help="do not fsync each log record (a crash may lose the last ones)"
     )
+    p.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                   help="hf: generate in this process; vllm: vLLM's own OpenAI server (Hermes tool parser) behind "
+                   "this one, which validates and logs as for hf (default: %(default)s)")  # fmt: skip
+    p.add_argument("--gpu-memory-utilization", type=float,
+                   help="vllm: the share of GPU memory vLLM may take (default: engine.gpu_memory_utilization's)")  # fmt: skip
+    p.add_argument("--tensor-parallel-size", type=int, help="vllm: GPUs per engine (default: 1)")
     p.add_argument(
         "--no-log", action="store_true", help="no session log: turns no live cycle can train on (for benchmarks)"
     )
@@ -49,9 +55,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from harnessrl.config import EngineConfig
     from harnessrl.model.checkpoint import CheckpointError
     from harnessrl.serve.server import serve
 
+    # A flag the chosen engine would ignore is refused: the server runs the way its command line reads.
+    ignored = ["--max-batch"] if args.engine == "vllm" and args.max_batch is not None else []
+    if args.engine == "hf":
+        ignored += [f for f, v in (("--gpu-memory-utilization", args.gpu_memory_utilization),
+                                   ("--tensor-parallel-size", args.tensor_parallel_size)) if v is not None]  # fmt: skip
+    if ignored:
+        print(f"harnessrl: error: {', '.join(ignored)}: no effect with --engine {args.engine}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    args.max_batch = args.max_batch or 8
     for name in ("port", "max_batch", "max_tokens"):
         if getattr(args, name) <= 0 or (name == "port" and args.port > 65535):
             print(
@@ -59,8 +75,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return EXIT_BAD_INPUT
     try:
+        given = {
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "tensor_parallel_size": args.tensor_parallel_size,
+        }
+        engine = EngineConfig(kind=args.engine, **{k: v for k, v in given.items() if v is not None})
         serve(args.live_dir, args.checkpoint, args.host, args.port, args.served_model_name, args.dtype,
-              args.max_batch, args.max_tokens, not args.no_fsync, not args.no_log, seed=args.seed)  # fmt: skip
+              args.max_batch, args.max_tokens, not args.no_fsync, not args.no_log, seed=args.seed, engine=engine)  # fmt: skip
     except (ValueError, CheckpointError, FileNotFoundError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -46,7 +46,23 @@ class WeightSync:
         """Load a safetensors blob of the full state dict in place; returns the tensors loaded."""
         from safetensors.torch import load
 
-        weights = load(blob)
+        return self._reload(load(blob))
+
+    def load_folder(self, folder: str) -> int:
+        """Load a checkpoint folder's *.safetensors in place: `serve --engine vllm`'s hot swap, called
+        through vLLM's /collective_rpc, which passes only strings."""
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+
+        weights = {}
+        for shard in sorted(Path(folder).glob("*.safetensors")):
+            weights |= load_file(shard)
+        if not weights:
+            raise FileNotFoundError(f"{folder}: no *.safetensors weights")
+        return self._reload(weights)
+
+    def _reload(self, weights: dict) -> int:
         self.reload_weights(weights_iterator=list(weights.items()))  # type: ignore[attr-defined]
         model = self.model_runner.model  # type: ignore[attr-defined]
         if getattr(model.config, "tie_word_embeddings", False):

@@ -42,15 +42,28 @@ def load(path: Path | str, dtype: str = "float32") -> tuple[PreTrainedModel, obj
             raise CheckpointError(f"{path}: not a Hugging Face checkpoint ({needed} is missing)")
     if not any(path.glob("*.safetensors")):
         raise CheckpointError(f"{path}: no *.safetensors weights")
+    tok = load_tokenizer(path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: cannot load checkpoint: {e}") from None
+    return model, tok
+
+
+def load_tokenizer(path: Path | str):
+    """The tokenizer alone (with its chat template), e.g. for a front that renders prompts while vLLM
+    holds the weights."""
+    path = Path(path)
+    if not (path / "tokenizer_config.json").is_file():
+        raise CheckpointError(f"{path}: not a Hugging Face checkpoint (tokenizer_config.json is missing)")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot load its tokenizer: {e}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or PAD
     _warn_if_pre_tokenizer_replaced(path, tok)
-    return model, tok
+    return tok
 
 
 def _warn_if_pre_tokenizer_replaced(path: Path, tok) -> None:

@@ -131,6 +131,10 @@ def create_app(served: Served) -> FastAPI:
         if room <= 0:
             raise APIError(400, f"This model's maximum context length is {renderer.context} tokens; the messages "
                            f"take {len(prompt)}", param="messages", code="context_length_exceeded")  # fmt: skip
+        if not isinstance(served.generator, Generator):  # --engine vllm: vLLM's own server generates
+            from harnessrl.serve.vllm_upstream import proxy_chat
+
+            return await proxy_chat(served, req, raw, sid, prompt, room)
         turn = Turn(served, req, sid, prompt, room, asyncio.get_running_loop())
         served.generator.submit(turn.job())
         headers = {"X-Session-Id": sid}
@@ -293,6 +297,7 @@ class Done:
             "policy_version": self.version,
             "checkpoint": self.checkpoint,
             "temperature": req.temperature,
+            "user": req.user,
             "tools": [t.function.name for t in req.tools or []] if req.tool_choice != "none" else [],
             "prompt_ids": self.turn.prompt,
             "completion_ids": self.completion.token_ids,

@@ -66,6 +66,9 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
 
 
+SWAP = "swap"  # queued by swap(): wakes the generation thread to take the new checkpoint
+
+
 class SwapError(ValueError):
     """A checkpoint that cannot replace the served one; the served one stays."""
 
@@ -74,8 +77,8 @@ class Generator:
     def __init__(self, checkpoint: Checkpoint, max_batch: int = 8, seed: int = 0) -> None:
         self.current = checkpoint
         self.max_batch = max_batch
-        self._incoming: Checkpoint | None = None
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._incoming: tuple[Checkpoint, threading.Event] | None = None
+        self._jobs: queue.Queue[Job | str | None] = queue.Queue()
         self._seeds = itertools.count(seed * 1_000_003)  # for batches of unseeded requests
         self._swap_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="harnessrl-generate", daemon=True)
@@ -99,7 +102,10 @@ class Generator:
                 raise SwapError(f"{path}: its tokenizer or chat template differs from the served checkpoint's")
             if new.renderer.context != self.current.renderer.context:
                 raise SwapError(f"{path}: context {new.renderer.context} != the served {self.current.renderer.context}")
-            self._incoming = new
+            applied = threading.Event()
+            self._incoming = (new, applied)
+            self._jobs.put(SWAP)  # wakes an idle generation thread; a busy one swaps after its batch
+            applied.wait()
             return new
 
     def close(self) -> None:
@@ -113,6 +119,9 @@ class Generator:
                 job = self._jobs.get()
                 if job is None:
                     return
+                if job is SWAP:
+                    self._take_swap()
+                    continue
                 waiting.append(job)
             while True:  # everything queued meanwhile, so it can join this batch
                 try:
@@ -122,16 +131,21 @@ class Generator:
                 if job is None:
                     self._jobs.put(None)  # finish what is waiting, then stop
                     break
-                waiting.append(job)
+                if job is not SWAP:
+                    waiting.append(job)
+            self._take_swap()  # between batches, never inside one
             first = waiting[0]
             batch = [first]
             if first.seed is None:
                 same = [j for j in waiting[1:] if j.seed is None and j.temperature == first.temperature]
                 batch += same[: self.max_batch - 1]
             waiting = [j for j in waiting if j not in batch]
-            if self._incoming is not None:  # the swap: between batches, never inside one
-                self.current, self._incoming = self._incoming, None
             self._run(batch, self.current)
+
+    def _take_swap(self) -> None:
+        if self._incoming is not None:
+            (self.current, applied), self._incoming = self._incoming, None
+            applied.set()
 
     def _run(self, batch: list[Job], ckpt: Checkpoint) -> None:
         stop = ckpt.renderer.stop

@@ -103,7 +103,7 @@ class ChatRequest(Wire):
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["auto", "none"] | None = None
-    parallel_tool_calls: bool | None = None  # the harness runs a turn's calls in parallel anyway
+    parallel_tool_calls: bool | None = None  # only true: the model may always make several calls in a turn
     max_tokens: int | None = Field(None, gt=0)
     max_completion_tokens: int | None = Field(None, gt=0)
     temperature: float = Field(1.0, ge=0, le=2)
@@ -115,17 +115,23 @@ class ChatRequest(Wire):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, description="only 0 or None")
     return_tokens_as_token_ids: bool = False  # vLLM's extension, which `harnessrl agent --endpoint` uses
-    user: str | None = None
+    user: str | None = Field(None, max_length=256, description="the end user, recorded in the session log")
 
     @model_validator(mode="after")
     def _honoured(self) -> ChatRequest:
         refused = [
             f"{name}={getattr(self, name)}"
-            for name, ok in (("top_p", self.top_p == 1.0), ("n", self.n == 1), ("top_logprobs", not self.top_logprobs))
+            for name, ok in (
+                ("top_p", self.top_p == 1.0),
+                ("n", self.n == 1),
+                ("top_logprobs", not self.top_logprobs),
+                ("parallel_tool_calls", self.parallel_tool_calls is not False),
+            )
             if not ok
         ]
         if refused:
-            raise ValueError(f"{', '.join(refused)}: not supported by this server (top_p 1, n 1, no top_logprobs)")
+            raise ValueError(f"{', '.join(refused)}: not supported by this server (top_p 1, n 1, no top_logprobs, "
+                             "and a turn may always hold several calls)")  # fmt: skip
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
             raise ValueError("max_tokens and max_completion_tokens differ; give one")
         return self

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from harnessrl.config import EngineConfig
 from harnessrl.io import write_json
 
 SERVED, SESSIONS, FEEDBACK = "served.json", "sessions.jsonl", "feedback.jsonl"
@@ -88,7 +89,10 @@ def serve(
     log: bool = True,
     watch_s: float = 1.0,
     seed: int = 0,
+    engine: EngineConfig | None = None,
 ) -> None:
+    """Serve until interrupted. `engine` None or kind hf: the in-process generation thread; kind vllm:
+    vLLM's own OpenAI server behind the same front (vllm_upstream.py)."""
     import uvicorn
 
     from harnessrl.live.feedback import FeedbackStore
@@ -98,10 +102,21 @@ def serve(
 
     live_dir = Path(live_dir)
     live_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = Checkpoint.load(start_checkpoint(live_dir, checkpoint), dtype)
+    path = start_checkpoint(live_dir, checkpoint).resolve()
+    if engine is not None and engine.kind == "vllm":
+        from harnessrl.engines.vllm import check_installed
+        from harnessrl.serve.engine import checkpoint_version
+        from harnessrl.serve.vllm_upstream import Upstreams, start_upstream
+
+        check_installed("vllm")
+        generator = Upstreams(
+            start_upstream(path, checkpoint_version(path), engine, dtype, live_dir.parent / "vllm-logs")
+        )
+    else:
+        generator = Generator(Checkpoint.load(path, dtype), max_batch=max_batch, seed=seed)
+    ckpt = generator.current
     if served_checkpoint(live_dir) is None:
         set_served(live_dir, ckpt.path, ckpt.version)
-    generator = Generator(ckpt, max_batch=max_batch, seed=seed)
     sessions = AppendLog(live_dir / SESSIONS, fsync) if log else None
     served = Served(generator, sessions, FeedbackStore(live_dir / FEEDBACK, fsync), name, max_tokens)
     served.session_ids |= {r.get("session_id") for r in read_log(live_dir / SESSIONS)[0]}
