@@ -138,6 +138,9 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, smoke_data_root
     served_now = json.loads((live / "served.json").read_text())["checkpoint"]
     assert (served_now == str(candidate.resolve())) == (row["result"] == "promoted")
     assert "| 1 | " in (live / "report" / "live.md").read_text() and (live / "report" / "kept_rate.png").is_file()
+    assert run_cli("live", "status", "--live-dir", str(live)) == 0
+    status = capsys.readouterr().out
+    assert f"served: {served_now}" in status and "cycle 1: " in status and "kept 0.500" in status
     # Nothing new: the next cycle waits, and uses nothing up.
     assert run_cli("live", "cycle", *SMOKE, f"data.dir={smoke_data_root}", "--live-dir", str(live)) == 0
     assert "waiting" in capsys.readouterr().out
