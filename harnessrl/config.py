@@ -378,7 +378,9 @@ class LiveConfig(Strict):
         description="sessions a checkpoint other than the served one produced: dropped, or trained with the "
         "logged behaviour logprobs' truncated importance weights (stages.rl.tis_cap)",
     )
-    min_sessions: int = Field(16, gt=0, description="a cycle with fewer ready sessions trains nothing and waits")
+    min_sessions: int = Field(
+        16, ge=2, description="a cycle with fewer ready sessions trains nothing and waits (advantages need two)"
+    )
     max_sessions: int = Field(512, gt=0, description="the most sessions one cycle trains on (the oldest first)")
     session_timeout_s: float = Field(
         900.0, gt=0, description="a session with no outcome feedback this long after its last turn is used as is"

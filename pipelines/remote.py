@@ -65,6 +65,9 @@ def compile_live(cfg: Config, out: Path, root: Path, live_dir: str) -> DataSourc
     """Write the live cycle's IR to `out`."""
     from kfp import compiler
 
+    from harnessrl.live.cycle import check_trainable
+
+    check_trainable(cfg)
     source = data_source(cfg, root)
     compiler.Compiler().compile(build_live_pipeline(cfg, source, code_hash(), live_folder(cfg, live_dir)), str(out))
     return source

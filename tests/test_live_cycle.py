@@ -11,14 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harnessrl.config import LiveConfig, LiveMonitorConfig, RewardConfig
+from harnessrl.config import LiveConfig, LiveMonitorConfig, RewardConfig, compose
 from harnessrl.lineage.manifest import read_manifest
 from harnessrl.lineage.verify import verify
+from harnessrl.live.cycle import run_cycle
 from harnessrl.live.feedback import Dissatisfaction, parse_event
 from harnessrl.live.monitors import alarms
 from harnessrl.live.sessions import collect, session_reward
 from harnessrl.live.simulate import feedback_for
 from harnessrl.serve.process import start_server, stop_server
+from harnessrl.serve.server import set_serving
 from harnessrl.serve.session_log import AppendLog, read_log
 from tests.conftest import run_cli
 from tests.test_serve_openai_api import client
@@ -129,6 +131,7 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, smoke_data_root
     assert row["counts"] == {"torn_session_lines": 0, "torn_feedback_lines": 0, "unknown_session_events": 1,
                              "refused_no_logprobs": 1, "dropped_off_policy": 1}  # fmt: skip
     assert row["result"] in ("promoted", "rejected") and row["train"]["samples"] == 6
+    assert len(row["gate"]) == 2  # success and malformed on lookup, each judged
     candidate = live / "checkpoints" / "cycle-0001"
     m = read_manifest(candidate)
     assert m["stage"] == "live" and m["parent"]["manifest_hash"] == read_manifest(tiny_base["base"])["manifest_hash"]
@@ -141,7 +144,27 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, smoke_data_root
     assert run_cli("live", "status", "--live-dir", str(live)) == 0
     status = capsys.readouterr().out
     assert f"served: {served_now}" in status and "cycle 1: " in status and "kept 0.500" in status
-    # Nothing new: the next cycle waits, and uses nothing up.
-    assert run_cli("live", "cycle", *SMOKE, f"data.dir={smoke_data_root}", "--live-dir", str(live)) == 0
-    assert "waiting" in capsys.readouterr().out
+    # Nothing new: the next cycle waits, and uses nothing up. A turn logged late under a used session
+    # is counted, never trained on.
+    cfg = compose([*SMOKE, f"data.dir={smoke_data_root}"])
+    if row["result"] == "promoted":  # the stopped server never swapped: until it does, cycles wait
+        assert "serve still serves" in run_cycle(cfg, live, tiny_base["data"])["reason"]
+        set_serving(live, Path(served_now), row["promoted"])  # as serve writes it once it has swapped
+    late = AppendLog(live / "sessions.jsonl")
+    late.append(read_log(live / "sessions.jsonl")[0][0] | {"request_id": "late"})
+    late.close()
+    again = run_cycle(cfg, live, tiny_base["data"])
+    assert again["result"] == "waiting" and again["counts"]["late_turns"] == 1
     assert len(read_log(live / "cycles.jsonl")[0]) == 1
+
+
+def test_a_gate_that_judges_nothing_promotes_nothing(tiny_base, smoke_data_root: Path, tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    log_sessions(tiny_base["base"], live)
+    # pass@k needs several sampled seeds; this greedy eval has none, so the gate has nothing to judge.
+    cfg = compose([*SMOKE, f"data.dir={smoke_data_root}", "live.gates=[{metric: pass_at_k}]"])
+    row = run_cycle(cfg, live, tiny_base["data"])
+    assert row["result"] == "rejected" and row["gate"] == []
+    (incident,) = [i for i in read_log(live / "incidents.jsonl")[0] if i["monitor"] == "gate"]
+    assert "no gate judged the candidate" in incident["message"]
+    assert json.loads((live / "served.json").read_text())["checkpoint"] == str(tiny_base["base"].resolve())

@@ -19,7 +19,8 @@ from pipelines.live import build_live_pipeline
 from tests.conftest import run_cli
 from tests.test_live_cycle import SMOKE, log_sessions
 
-QWEN = ["--recipe", "qwen_coder_7b"]
+# The live cycle trains on one rank: qwen's RL trains on eight, so the live run overrides it.
+QWEN = ["--recipe", "qwen_coder_7b", "stages.rl.trainer_world_size=1", "~stages.rl.placement.trainer"]
 
 
 def test_compile_runs_the_cycle_uncached_over_the_pvc(tmp_path: Path, capsys) -> None:
@@ -35,6 +36,8 @@ def test_compile_runs_the_cycle_uncached_over_the_pvc(tmp_path: Path, capsys) ->
     assert "not on infra.pvc" in capsys.readouterr().err
     assert run_cli("live", "compile", "--live-dir", "/models/live", "-o", str(out)) == 2  # local: no PVC
     assert "no infra.pvc" in capsys.readouterr().err
+    assert run_cli("live", "compile", "--recipe", "qwen_coder_7b", "--live-dir", "/models/live/q", "-o", str(out)) == 2
+    assert "stages.rl.trainer_world_size=8: the live cycle trains on one rank" in capsys.readouterr().err
 
 
 def test_schedule_creates_one_recurring_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

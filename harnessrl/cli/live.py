@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          description="Cycles in a loop; a cycle with too few ready sessions waits for the next.")  # fmt: skip
     add_overrides(pr)
     live_dir(pr)
-    pr.add_argument("--cycles", type=int, help="stop after this many cycles that trained (default: run until killed)")
+    pr.add_argument("--cycles", type=int, help="stop after this many cycles that trained a candidate (default: never)")
 
     pi = lsub.add_parser(
         "ingest",
@@ -129,8 +129,8 @@ def _cycles(args: argparse.Namespace, cfg, data_dir: Path) -> int:
         row = run_cycle(cfg, args.live_dir, data_dir)
         print(_row_line(row), flush=True)
         if row["result"] != "waiting":
-            trained += 1
             write_live_report(args.live_dir)
+        trained += row["result"] in ("promoted", "rejected")
         if args.live_command == "cycle" or (args.cycles is not None and trained >= args.cycles):
             return 0
         time.sleep(cfg.live.every_s)
@@ -151,7 +151,8 @@ def _compile(args: argparse.Namespace, cfg) -> int:
 
 def _row_line(row: dict) -> str:
     if row["result"] == "waiting":
-        return f"[live] waiting: {row['sessions']} sessions ready, {row['waiting']} awaiting feedback"
+        why = row.get("reason") or f"{row['sessions']} sessions ready, {row['waiting']} awaiting feedback"
+        return f"[live] waiting: {why}"
     p50 = "-" if row["latency_p50_s"] is None else f"{row['latency_p50_s']:.2f}"
     p95 = "-" if row["latency_p95_s"] is None else f"{row['latency_p95_s']:.2f}"
     return (f"[live] cycle {row['cycle']}: {row['result']}: {row['sessions']} sessions, kept {row['kept_rate']:.3f}, "
@@ -205,6 +206,8 @@ def _simulate(args: argparse.Namespace, cfg) -> int:
     harness = production_harness(load_harness(served) if served else None)
     tasks = [Task.model_validate(r["task"]) for r in read_jsonl(data_dir / "prompts.jsonl")]
     tasks = [t for t in tasks if t.suite in cfg.stages.rl.suites]
+    if not tasks:
+        raise ValueError(f"stages.rl.suites: no prompts of {cfg.stages.rl.suites} in {data_dir / 'prompts.jsonl'}")
     drawn = random.Random(args.seed).choices(tasks, k=args.sessions)
     rows = simulate(args.endpoint, args.model, drawn, data_dir, harness.budgets, args.behaviour,
                     cfg.stages.rl.temperature, f"sim-{args.behaviour}-{uuid.uuid4().hex[:8]}", args.workers, args.seed)  # fmt: skip

@@ -49,9 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-log", action="store_true", help="no session log: turns no live cycle can train on (for benchmarks)"
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="sampling seed of requests without their own (default: %(default)s)"
-    )
+    p.add_argument("--seed", type=int, help="hf: the sampling seed of requests without their own (default: 0)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -60,14 +58,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from harnessrl.serve.server import serve
 
     # A flag the chosen engine would ignore is refused: the server runs the way its command line reads.
-    ignored = ["--max-batch"] if args.engine == "vllm" and args.max_batch is not None else []
+    ignored = [f for f, v in (("--max-batch", args.max_batch), ("--seed", args.seed)) if v is not None]
+    ignored = ignored if args.engine == "vllm" else []
     if args.engine == "hf":
         ignored += [f for f, v in (("--gpu-memory-utilization", args.gpu_memory_utilization),
                                    ("--tensor-parallel-size", args.tensor_parallel_size)) if v is not None]  # fmt: skip
     if ignored:
         print(f"harnessrl: error: {', '.join(ignored)}: no effect with --engine {args.engine}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    args.max_batch = args.max_batch or 8
+    args.max_batch, args.seed = args.max_batch or 8, args.seed or 0
     for name in ("port", "max_batch", "max_tokens"):
         if getattr(args, name) <= 0 or (name == "port" and args.port > 65535):
             print(

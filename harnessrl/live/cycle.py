@@ -19,7 +19,10 @@ Everything a cycle decided is one row of cycles.jsonl; state.json remembers whic
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,7 +34,7 @@ from harnessrl.live.feedback import Dissatisfaction
 from harnessrl.live.monitors import alarms
 from harnessrl.live.sessions import Collected, Session, collect, session_reward
 from harnessrl.serve.engine import checkpoint_version
-from harnessrl.serve.server import served_checkpoint, set_served
+from harnessrl.serve.server import served_checkpoint, serving_version, set_served
 from harnessrl.serve.session_log import AppendLog
 
 STATE, CYCLES, INCIDENTS = "state.json", "cycles.jsonl", "incidents.jsonl"
@@ -40,7 +43,7 @@ STATE, CYCLES, INCIDENTS = "state.json", "cycles.jsonl", "incidents.jsonl"
 def read_state(live_dir: Path) -> dict[str, Any]:
     path = Path(live_dir) / STATE
     state = json.loads(path.read_text()) if path.is_file() else {}
-    return {"cycle": 0, "consumed": [], "results": {}} | state
+    return {"cycle": 0, "consumed": {}, "results": {}} | state
 
 
 def session_figures(sessions: list[Session], dissatisfied: Dissatisfaction) -> dict[str, Any]:
@@ -58,22 +61,57 @@ def session_figures(sessions: list[Session], dissatisfied: Dissatisfaction) -> d
             "dissatisfied_rate": unhappy / n, "latency_p50_s": pct(0.5), "latency_p95_s": pct(0.95)}  # fmt: skip
 
 
+def check_trainable(cfg: Config) -> None:
+    """Refuse what the live cycle would not do as the config reads: it trains on one rank, in its pod."""
+    rl = cfg.stages.rl
+    if rl.trainer_world_size > 1:
+        raise ValueError(f"stages.rl.trainer_world_size={rl.trainer_world_size}: the live cycle trains on one rank "
+                         "(a multi-rank live trainer is not built); for `harnessrl live` override "
+                         "stages.rl.trainer_world_size=1 ~stages.rl.placement.trainer")  # fmt: skip
+
+
+@contextlib.contextmanager
+def cycle_lock(live_dir: Path):
+    """One cycle at a time per live folder: two would train the same sessions and race on a candidate."""
+    fd = os.open(live_dir / ".cycle.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{live_dir}: another live cycle is running (it holds .cycle.lock)") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def run_cycle(cfg: Config, live_dir: Path, data_dir: Path, now: float | None = None) -> dict[str, Any]:
-    """One cycle; returns its row (also appended to cycles.jsonl). `result` is one of: waiting (too
-    few sessions: nothing used up), alarm, promoted, rejected."""
+    """One cycle; returns its row (also appended to cycles.jsonl, but for `waiting`). `result` is one
+    of: waiting (nothing used up), alarm, nothing_to_learn, promoted, rejected."""
     live_dir, data_dir = Path(live_dir), Path(data_dir)
+    check_trainable(cfg)
+    live_dir.mkdir(parents=True, exist_ok=True)
+    with cycle_lock(live_dir):
+        return _run_cycle(cfg, live_dir, data_dir, now or time.time())
+
+
+def _run_cycle(cfg: Config, live_dir: Path, data_dir: Path, now: float) -> dict[str, Any]:
     state = read_state(live_dir)
     served = served_checkpoint(live_dir)
     if served is None:
         raise ValueError(f"{live_dir}: nothing served yet (no served.json); start `harnessrl serve` first")
     served_version = checkpoint_version(served)
-    consumed = set(state["consumed"])
+    consumed = dict(state["consumed"])
     live, rl = cfg.live, cfg.stages.rl
-    got = collect(live_dir, consumed, served_version, live, rl.temperature, now or time.time())
+    row: dict[str, Any] = {"cycle": state["cycle"] + 1, "time": time.time(), "served": served_version}
+    serving = serving_version(live_dir)
+    if serving is not None and serving != served_version:
+        # Training from a checkpoint nobody serves would drop every real session as off-policy.
+        return row | {"result": "waiting", "cycle": state["cycle"], "sessions": 0, "waiting": 0,
+                      "reason": f"serve still serves {serving[:12]}, not the promoted {served_version[:12]} "
+                      "(not swapped yet, or refused: see serve's log)"}  # fmt: skip
+    got = collect(live_dir, consumed, served_version, live, rl.temperature, now)
     dissatisfied = Dissatisfaction(live.dissatisfied_patterns)
-    row: dict[str, Any] = {"cycle": state["cycle"] + 1, "time": time.time(), "served": served_version,
-                           "waiting": got.waiting, "counts": dict(got.counts)}  # fmt: skip
-    row |= session_figures(got.sessions, dissatisfied)
+    row |= {"waiting": got.waiting, "counts": dict(got.counts)} | session_figures(got.sessions, dissatisfied)
     if len(got.sessions) < live.min_sessions:
         return row | {"result": "waiting", "cycle": state["cycle"]}
 
@@ -88,41 +126,49 @@ def run_cycle(cfg: Config, live_dir: Path, data_dir: Path, now: float | None = N
         return finish(live_dir, state, consumed, got, row | {"result": "alarm"}, incidents)
 
     candidate = train(cfg, live_dir, data_dir, served, got, rewards, row)
-    verdicts = gate(cfg, live_dir, data_dir, served, candidate, state)
+    if candidate is None:  # every session earned the same: no advantage, nothing to train or promote
+        return finish(live_dir, state, consumed, got, row | {"result": "nothing_to_learn"}, incidents)
+    verdicts = gate(cfg, data_dir, served, candidate, state)
     row["gate"] = [v["message"] for v in verdicts]
     row["heldout_success"] = {"served": state["results"][served_version]["success"],
                               "candidate": state["results"][checkpoint_version(candidate)]["success"]}  # fmt: skip
-    if all(v["ok"] for v in verdicts):
-        set_served(live_dir, candidate, checkpoint_version(candidate))
+    failed = [v for v in verdicts if not v["ok"]]
+    if not verdicts:  # a gate that judged nothing must not wave a candidate through
+        failed = [{"message": "no gate judged the candidate (live.gates match no suite, metric or stage 'live')"}]
+    if not failed:
         row |= {"result": "promoted", "promoted": checkpoint_version(candidate)}
         print(f"[live] cycle {row['cycle']}: promoted {candidate}", flush=True)
-    else:
-        failed = [v for v in verdicts if not v["ok"]]
-        incidents.append({"monitor": "gate", "message": "; ".join(v["message"] for v in failed),
-                          "candidate": str(candidate), "value": None, "threshold": None, "examples": []})  # fmt: skip
-        row |= {"result": "rejected"}
-        print(f"[live] cycle {row['cycle']}: the gate kept {served}: {failed[0]['message']}", flush=True)
+        return finish(live_dir, state, consumed, got, row, incidents, promote=candidate)
+    incidents.append({"monitor": "gate", "message": "; ".join(v["message"] for v in failed),
+                      "candidate": str(candidate), "value": None, "threshold": None, "examples": []})  # fmt: skip
+    row |= {"result": "rejected"}
+    print(f"[live] cycle {row['cycle']}: the gate kept {served}: {failed[0]['message']}", flush=True)
     return finish(live_dir, state, consumed, got, row, incidents)
 
 
-def finish(live_dir: Path, state: dict, consumed: set[str], got: Collected, row: dict, incidents: list[dict]) -> dict:
-    """Record the cycle: its incidents, its row, and the sessions it used up, in that order, so a crash
-    in between re-runs the cycle on the same sessions rather than losing them."""
+def finish(live_dir: Path, state: dict, consumed: dict, got: Collected, row: dict, incidents: list[dict],
+           promote: Path | None = None) -> dict:  # fmt: skip
+    """Record the cycle, in an order a crash cannot turn into harm: incidents; then the state (the
+    cycle's number and the sessions it used, so no later cycle reuses either); then the promotion; then
+    the row. A crash before the state re-runs the cycle on the same sessions; after it, at worst the
+    promotion or the row is missing, and the served checkpoint stays what it was."""
     log = AppendLog(live_dir / INCIDENTS)
     for inc in incidents:
         log.append(inc | {"cycle": row["cycle"], "time": time.time()})
     log.close()
+    consumed |= {s.id: {"turns": len(s.turns), "events": len(s.events)} for s in got.sessions}
+    state |= {"cycle": row["cycle"], "consumed": consumed}
+    write_json(live_dir / STATE, state)
+    if promote is not None:
+        set_served(live_dir, promote, checkpoint_version(promote))
     log = AppendLog(live_dir / CYCLES)
     log.append(row)
     log.close()
-    state["cycle"] = row["cycle"]
-    state["consumed"] = sorted(consumed | {s.id for s in got.sessions})
-    write_json(live_dir / STATE, state)
     return row
 
 
 def train(cfg: Config, live_dir: Path, data_dir: Path, served: Path, got: Collected, rewards: list[dict[str, float]],
-          row: dict) -> Path:  # fmt: skip
+          row: dict) -> Path | None:  # fmt: skip
     """stages.rl's update on the cycle's turns; the candidate checkpoint, with its lineage (its data: the
     cycle's sessions, and the data folder whose held-out suites gate it)."""
     import shutil
@@ -145,10 +191,12 @@ def train(cfg: Config, live_dir: Path, data_dir: Path, served: Path, got: Collec
     samples = [
         Sample(t["prompt_ids"], t["completion_ids"], t["logprobs"], a)
         for s, a in zip(got.sessions, advantages, strict=True)
-        if a != 0.0
+        if a != 0.0 or rl.kl_coef > 0  # as the RL stage: a zero advantage moves nothing but the KL term
         for t in s.turns
         if t["completion_ids"]
     ]
+    if not samples:
+        return None
     trainer = LocalTrainer(model, reference, rl, tok.pad_token_id)
     updates = [trainer.update(samples) for _ in range(cfg.live.epochs)]
     row["train"] = {"samples": len(samples), "tokens": sum(u.tokens for u in updates),
@@ -161,6 +209,8 @@ def train(cfg: Config, live_dir: Path, data_dir: Path, served: Path, got: Collec
         write_jsonl(tmp / "feedback.jsonl", [e for s in got.sessions for e in s.events])
         write_json(tmp / "rewards.json", {s.id: r for s, r in zip(got.sessions, rewards, strict=True)})
     out = live_dir / "checkpoints" / f"cycle-{row['cycle']:04d}"
+    if out.exists():  # cycle numbers are never reused (finish() saves the state first); refuse to overwrite
+        raise FileExistsError(f"{out}: a candidate of this cycle number exists; {live_dir / STATE} is behind")
     with atomic_dir(out) as tmp:
         save(model, tok, tmp)
         if (served / "harness.json").is_file():  # trained in the harness it was served in
@@ -178,7 +228,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
-def gate(cfg: Config, live_dir: Path, data_dir: Path, served: Path, candidate: Path, state: dict) -> list[dict]:
+def gate(cfg: Config, data_dir: Path, served: Path, candidate: Path, state: dict) -> list[dict]:
     """live.gates on stages.eval's held-out suites: the candidate judged against the served checkpoint,
     whose result a previous cycle may already have measured."""
     from harnessrl.lineage.manifest import read_manifest

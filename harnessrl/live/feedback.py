@@ -32,7 +32,7 @@ OUTCOMES = ("edit_kept", "edit_reverted", "accepted", "rejected", "followup")  #
 
 
 class Event(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     session_id: str = Field(pattern=SESSION_ID)
     event_id: str | None = Field(None, max_length=128, description="None: derived from the content")
     time: float | None = Field(None, description="unix seconds it happened; None: when it arrived")
@@ -129,8 +129,8 @@ class FeedbackStore:
                 if e["event_id"] in self.seen:
                     counts["duplicate"] += 1
                     continue
+                self.log.append(e)  # first: an event whose write failed is not a duplicate when retried
                 self.seen.add(e["event_id"])
-                self.log.append(e)
                 counts["stored"] += 1
         return counts
 

@@ -77,8 +77,10 @@ class Collected:
     waiting: int  # sessions not ready yet: the next cycle takes them
 
 
-def collect(live_dir: Path, consumed: set[str], served_version: str, cfg: LiveConfig, temperature: float,
+def collect(live_dir: Path, consumed: dict[str, dict], served_version: str, cfg: LiveConfig, temperature: float,
             now: float) -> Collected:  # fmt: skip
+    """`consumed`: the sessions earlier cycles used, with how many turns and events each had then; what
+    a used session gained since is counted (late_turns, late_events), never trained on."""
     live_dir = Path(live_dir)
     turns, torn_turns = read_log(live_dir / SESSIONS)
     events, torn_events = read_log(live_dir / FEEDBACK)
@@ -105,6 +107,10 @@ def collect(live_dir: Path, consumed: set[str], served_version: str, cfg: LiveCo
     waiting = 0
     for s in by_id.values():
         if s.id in consumed:
+            for name, now_, then in (("late_turns", len(s.turns), consumed[s.id].get("turns", 0)),
+                                     ("late_events", len(s.events), consumed[s.id].get("events", 0))):  # fmt: skip
+                if now_ > then:
+                    counts[name] += now_ - then
             continue
         s.events.sort(key=lambda e: e["time"])
         if not any(e["type"] in OUTCOMES for e in s.events) and now - s.last_time < cfg.session_timeout_s:
@@ -112,16 +118,16 @@ def collect(live_dir: Path, consumed: set[str], served_version: str, cfg: LiveCo
             continue
         if any(t.get("logprobs") is None or len(t["logprobs"]) != len(t["completion_ids"]) for t in s.turns):
             counts["refused_no_logprobs"] += 1  # never treated as on-policy: PPO would become REINFORCE
-            consumed.add(s.id)
+            consumed[s.id] = {"turns": len(s.turns), "events": len(s.events)}
             continue
         if any(t["temperature"] != temperature for t in s.turns):
             counts["refused_temperature"] += 1  # its logprobs are of another distribution than the trainer's
-            consumed.add(s.id)
+            consumed[s.id] = {"turns": len(s.turns), "events": len(s.events)}
             continue
         if s.versions != {served_version}:
             if cfg.off_policy == "drop":
                 counts["dropped_off_policy"] += 1
-                consumed.add(s.id)
+                consumed[s.id] = {"turns": len(s.turns), "events": len(s.events)}
                 continue
             counts["importance_corrected"] += 1
         if not any(e["type"] in OUTCOMES for e in s.events):

@@ -55,6 +55,8 @@ async def read_json(request: Request) -> Any:
             raise APIError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
     try:
         return json.loads(body)
+    except RecursionError:
+        raise APIError(400, "the body nests too deeply", code="invalid_json") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
         raise APIError(400, f"the body is not valid JSON{where}", code="invalid_json") from None
@@ -117,6 +119,8 @@ def create_app(served: Served) -> FastAPI:
             req = ChatRequest.model_validate(raw)
         except ValidationError as e:
             raise validation_error(e) from None
+        except RecursionError:
+            raise APIError(400, "the body nests too deeply", code="invalid_value") from None
         if req.model != served.name:
             raise APIError(404, f"model {req.model!r} is not served here (this server serves {served.name!r})",
                            param="model", code="model_not_found")  # fmt: skip

@@ -83,6 +83,8 @@ class Message(Wire):
         """The plain dict a chat template (or the tiny ChatML renderer) reads."""
         content = self.content if not isinstance(self.content, list) else "".join(p.text for p in self.content)
         out: dict[str, Any] = {"role": self.role, "content": content or ""}
+        # A real model's chat template may render these; the tiny ChatML ignores them.
+        out |= {k: v for k, v in (("name", self.name), ("tool_call_id", self.tool_call_id)) if v is not None}
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -109,7 +111,7 @@ class ChatRequest(Wire):
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, description="only 1: the engine samples the whole distribution")
     n: int = Field(1, description="only 1")
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     logprobs: bool = False

@@ -2,7 +2,8 @@
 
 The live folder is what `serve` and `harnessrl live` share:
 
-    served.json     the checkpoint being served; the live cycle rewrites it (atomically) to promote
+    served.json     the checkpoint to serve; the live cycle rewrites it (atomically) to promote
+    serving.json    the checkpoint `serve` actually serves: written at start and after each swap
     sessions.jsonl  every served turn (serve appends)
     feedback.jsonl  every feedback event (serve and `live ingest` append)
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from harnessrl.config import EngineConfig
 from harnessrl.io import write_json
 
-SERVED, SESSIONS, FEEDBACK = "served.json", "sessions.jsonl", "feedback.jsonl"
+SERVED, SERVING, SESSIONS, FEEDBACK = "served.json", "serving.json", "sessions.jsonl", "feedback.jsonl"
 
 
 def served_checkpoint(live_dir: Path) -> Path | None:
@@ -38,6 +39,19 @@ def served_checkpoint(live_dir: Path) -> Path | None:
 def set_served(live_dir: Path, checkpoint: Path, version: str) -> None:
     write_json(Path(live_dir) / SERVED, {"checkpoint": str(Path(checkpoint).resolve()), "version": version,
                                          "since": time.time()})  # fmt: skip
+
+
+def set_serving(live_dir: Path, checkpoint: Path, version: str) -> None:
+    write_json(Path(live_dir) / SERVING, {"checkpoint": str(checkpoint), "version": version, "since": time.time()})
+
+
+def serving_version(live_dir: Path) -> str | None:
+    """The version `serve` last said it serves, or None if no server ever ran on this folder."""
+    path = Path(live_dir) / SERVING
+    try:
+        return json.loads(path.read_text())["version"] if path.is_file() else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"{path}: not a serving.json") from None
 
 
 def start_checkpoint(live_dir: Path, checkpoint: Path | None) -> Path:
@@ -60,8 +74,8 @@ def watch_promotions(live_dir: Path, generator, dtype: str, every_s: float, stop
     while not stop.wait(every_s):
         try:
             wanted = served_checkpoint(live_dir)
-        except ValueError as e:
-            print(f"[serve] {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # a half-visible file on a network volume, say: try again next tick
+            print(f"[serve] {path}: {e}", file=sys.stderr, flush=True)
             continue
         if wanted is None or wanted.resolve() in (generator.current.path, refused):
             continue
@@ -72,6 +86,7 @@ def watch_promotions(live_dir: Path, generator, dtype: str, every_s: float, stop
             print(f"[serve] not swapping to {wanted}: {e}", file=sys.stderr, flush=True)
             refused = wanted.resolve()
             continue
+        set_serving(live_dir, new.path, new.version)
         print(f"[serve] swapping to {new.version[:12]} ({wanted}), loaded in {time.perf_counter() - t0:.2f} s "
               f"({path})", flush=True)  # fmt: skip
 
@@ -117,6 +132,7 @@ def serve(
     ckpt = generator.current
     if served_checkpoint(live_dir) is None:
         set_served(live_dir, ckpt.path, ckpt.version)
+    set_serving(live_dir, ckpt.path, ckpt.version)
     sessions = AppendLog(live_dir / SESSIONS, fsync) if log else None
     served = Served(generator, sessions, FeedbackStore(live_dir / FEEDBACK, fsync), name, max_tokens)
     served.session_ids |= {r.get("session_id") for r in read_log(live_dir / SESSIONS)[0]}

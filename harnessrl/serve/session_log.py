@@ -35,22 +35,32 @@ class AppendLog:
         self._heal()
 
     def _heal(self) -> None:
-        """End a torn last line (left by a crash) with a newline, so the next record starts clean."""
-        size = self.path.stat().st_size
-        if size:
-            with self.path.open("rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    os.write(self._fd, b"\n")
+        """End a torn last line (left by a crash or a failed write) with a newline, so the next record
+        starts clean."""
+        try:
+            size = self.path.stat().st_size
+            if size:
+                with self.path.open("rb") as f:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":
+                        os.write(self._fd, b"\n")
+        except OSError:
+            pass  # the disk is still failing; the reader counts the torn line
 
     def append(self, record: dict[str, Any]) -> None:
         self._write([_line(record)])
 
     def _write(self, lines: list[bytes]) -> None:
+        data = memoryview(b"".join(lines))
         with self._lock:
-            os.write(self._fd, b"".join(lines))
-            if self.fsync:
-                os.fsync(self._fd)
+            try:
+                while data:  # a short write (a full disk, a signal) must not pass for a whole one
+                    data = data[os.write(self._fd, data) :]
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError:
+                self._heal()  # end whatever part went out, so the next record starts on its own line
+                raise
 
     def append_then(self, record: dict[str, Any], then: Callable[[BaseException | None], None]) -> None:
         """Queue a record; `then(None)` once it is on disk, or `then(error)` if it could not be written.

@@ -38,6 +38,8 @@ from harnessrl.model.prompts import PromptRenderer
 from harnessrl.serve.process import free_port
 
 UPSTREAM_NAME = "upstream"  # the model name vLLM serves under; clients use the front's name
+UPSTREAM_TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # a stalled upstream fails the request, never hangs it
+DRAIN_S = 120.0  # how long a swap waits for the requests in flight; past it the swap fails and the served one stays
 
 
 @dataclass
@@ -51,11 +53,22 @@ class Upstream:
     renderer: PromptRenderer
 
     def stop(self) -> None:
-        self.proc.terminate()
+        stop_group(self.proc)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop vLLM's server and its engine-core children: its own process group."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
         try:
-            self.proc.wait(timeout=60)
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            continue
 
 
 def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, log_dir: Path,
@@ -69,7 +82,7 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
             "--served-model-name", UPSTREAM_NAME, "--host", "127.0.0.1", "--port", str(port),
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs",
-            "--worker-extension-cls", "harnessrl.engines.vllm.WeightSync",
+            "--worker-extension-cls", "harnessrl.engines.vllm.WeightSync", "--generation-config", "vllm",
             "--max-logprobs", "1", "--dtype", dtype, "--tensor-parallel-size", str(engine.tensor_parallel_size),
             "--gpu-memory-utilization", str(engine.gpu_memory_utilization)]  # fmt: skip
     if engine.max_model_len:
@@ -95,17 +108,21 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
         except (httpx.TransportError, ValueError, KeyError, IndexError):
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            stop_group(proc)
             raise RuntimeError(f"vLLM's server on {path} did not come up:\n{log.read_text()[-3000:]}")
         time.sleep(1)
     return Upstream(path, version, url, proc, PromptRenderer(load_tokenizer(path), context))
 
 
-def upstream_body(raw: dict[str, Any], room: int) -> dict[str, Any]:
+def upstream_body(raw: dict[str, Any], room: int, temperature: float) -> dict[str, Any]:
     """The client's (validated) request as vLLM gets it: our model name, the capped max_tokens, and the
     fields the log needs."""
     body = {k: v for k, v in raw.items() if k not in ("max_completion_tokens",)}
     body |= {"model": UPSTREAM_NAME, "max_tokens": room, "logprobs": True, "return_token_ids": True}
+    # The trainer computes softmax(logits / T) and nothing else: every other sampling knob is pinned off,
+    # so no default (vLLM's, or a checkpoint's generation_config) shapes what is logged as behaviour.
+    body |= {"temperature": temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
+             "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
     if body.get("stream"):
         body["stream_options"] = {"include_usage": True}
     return body
@@ -135,7 +152,9 @@ def logprobs_of(choice: dict[str, Any]) -> list[float] | None:
 
 async def stream(client: httpx.AsyncClient, up: Upstream, body: dict[str, Any], raw: dict[str, Any], name: str,
                  acc: dict[str, Any]) -> AsyncIterator[str]:  # fmt: skip
-    """Forward vLLM's server-sent events, collecting the ids, logprobs and finish reason into `acc`."""
+    """vLLM's server-sent events as the client gets them, the ids, logprobs and finish reason collected
+    into `acc`. The chunks from the finish reason on are kept in acc["held_back"]: the caller sends
+    them once the turn is logged."""
     async with client.stream("POST", up.url + "/v1/chat/completions", json=body) as r:
         if r.status_code >= 400:
             acc["error"] = (r.status_code, json.loads(await r.aread()))
@@ -146,7 +165,7 @@ async def stream(client: httpx.AsyncClient, up: Upstream, body: dict[str, Any], 
                 continue
             data = line.removeprefix("data: ")
             if data == "[DONE]":
-                return  # the caller logs, then ends the stream
+                return
             chunk = json.loads(data)
             acc.setdefault("id", chunk.get("id"))
             if chunk.get("prompt_token_ids"):  # the first chunk's
@@ -168,7 +187,11 @@ async def stream(client: httpx.AsyncClient, up: Upstream, body: dict[str, Any], 
                 and not chunk["choices"]
             ):
                 continue  # the usage chunk we asked for, which this client did not
-            yield f"data: {json.dumps(for_client(chunk, raw, name, acc['version']))}\n\n"
+            out = f"data: {json.dumps(for_client(chunk, raw, name, acc['version']))}\n\n"
+            if acc["held_back"] or acc.get("finish_reason"):
+                acc["held_back"].append(out)
+            else:
+                yield out
 
 
 class Upstreams:
@@ -203,17 +226,22 @@ class Upstreams:
 
         path = Path(path).resolve()
         old = self.current
-        if load_tokenizer(path).get_vocab() != old.renderer.tok.get_vocab():
-            raise SwapError(f"{path}: its tokenizer differs from the served checkpoint's")
+        tok, version = load_tokenizer(path), checkpoint_version(path)  # before the gate closes: a shorter pause
+        if tok.get_vocab() != old.renderer.tok.get_vocab() or tok.chat_template != old.renderer.tok.chat_template:
+            raise SwapError(f"{path}: its tokenizer or chat template differs from the served checkpoint's")
         with self._cond:
             self._open = False
             try:
-                self._cond.wait_for(lambda: self.inflight == 0)
-                r = httpx.post(old.url + "/collective_rpc", json={"method": "load_folder", "args": [str(path)]},
-                               timeout=600)  # fmt: skip
+                if not self._cond.wait_for(lambda: self.inflight == 0, timeout=DRAIN_S):
+                    raise SwapError(f"{path}: {self.inflight} requests still in flight after {DRAIN_S:.0f} s")
+                try:
+                    r = httpx.post(old.url + "/collective_rpc", json={"method": "load_folder", "args": [str(path)]},
+                                   timeout=600)  # fmt: skip
+                except httpx.HTTPError as e:
+                    raise SwapError(f"{path}: vLLM did not answer the reload ({e}); its weights may be mixed") from None
                 if r.status_code != 200:
                     raise SwapError(f"{path}: vLLM could not load it: HTTP {r.status_code} {r.text[:300]}")
-                self.current = Upstream(path, checkpoint_version(path), old.url, old.proc, old.renderer)
+                self.current = Upstream(path, version, old.url, old.proc, old.renderer)
             finally:
                 self._open = True
                 self._cond.notify_all()
@@ -230,13 +258,11 @@ async def proxy_chat(served, req, raw: dict[str, Any], sid: str, prompt: list[in
     from fastapi.responses import JSONResponse, StreamingResponse
 
     upstreams: Upstreams = served.generator
-    up = await asyncio.to_thread(upstreams.enter)  # waits only while a swap drains
-    body = upstream_body(raw, room)
-    headers = {"X-Session-Id": sid, "X-Policy-Version": up.version}
-    acc: dict[str, Any] = {"started": time.perf_counter(), "version": up.version, "completion_ids": [], "logprobs": [],
-                           "calls": {}, "ttft_s": None}  # fmt: skip
+    body = upstream_body(raw, room, req.temperature)
+    acc: dict[str, Any] = {"started": time.perf_counter(), "completion_ids": [], "logprobs": [], "calls": {},
+                           "ttft_s": None, "held_back": []}  # fmt: skip
 
-    async def log() -> None:
+    async def log(up: Upstream) -> None:
         ids = acc["completion_ids"]
         turn = up.renderer.turn(acc.get("prompt_ids") or prompt, ids, acc["logprobs"], room)
         record = {"session_id": sid, "request_id": acc.get("id"), "time": time.time(), "policy_version": up.version,
@@ -249,41 +275,48 @@ async def proxy_chat(served, req, raw: dict[str, Any], sid: str, prompt: list[in
         served.session_ids.add(sid)
         if served.sessions is None:
             return
-        loop, written = asyncio.get_running_loop(), asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        written = loop.create_future()
         served.sessions.append_then(record, lambda e: loop.call_soon_threadsafe(written.set_result, e))
         if (error := await written) is not None:
             raise error
 
-    def done() -> None:
-        upstreams.leave()
-
     if req.stream:
 
         async def events() -> AsyncIterator[str]:
+            # The slot is taken in here, where `finally` is sure to run: a stream that never starts takes none.
+            up = await asyncio.to_thread(upstreams.enter)  # waits only while a swap drains
+            acc["version"] = up.version
             try:
-                async with httpx.AsyncClient(timeout=None) as client:
+                async with httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT) as client:
                     async for chunk in stream(client, up, body, raw, served.name, acc):
                         yield chunk
                 if "error" not in acc:
-                    await log()
+                    await log(up)  # on disk before the client sees the end
+                    for chunk in acc["held_back"]:
+                        yield chunk
                     yield "data: [DONE]\n\n"
             finally:
-                done()
+                upstreams.leave()
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Session-Id": sid})
+    up = await asyncio.to_thread(upstreams.enter)
+    acc["version"] = up.version
     try:
-        async with httpx.AsyncClient(timeout=None) as client:
+        async with httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT) as client:
             r = await client.post(up.url + "/v1/chat/completions", json=body)
         resp = r.json()
         if r.status_code >= 400:  # vLLM's own error, already in OpenAI's shape
             return JSONResponse(resp, status_code=r.status_code)
         choice = resp["choices"][0]
-        acc |= {"id": resp.get("id"), "prompt_ids": resp.get("prompt_token_ids"), "completion_ids": choice.get("token_ids") or [],
-                "logprobs": logprobs_of(choice) or [], "finish_reason": choice.get("finish_reason"),
+        acc |= {"id": resp.get("id"), "prompt_ids": resp.get("prompt_token_ids"),
+                "completion_ids": choice.get("token_ids") or [], "logprobs": logprobs_of(choice) or [],
+                "finish_reason": choice.get("finish_reason"),
                 "calls": {i: {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                           for i, c in enumerate(choice["message"].get("tool_calls") or [])}}  # fmt: skip
-        acc["ttft_s"] = time.perf_counter() - acc["started"]  # whole: the client saw nothing before
-        await log()
+        acc["ttft_s"] = time.perf_counter() - acc["started"]  # the whole turn: the client saw nothing before
+        await log(up)
+        headers = {"X-Session-Id": sid, "X-Policy-Version": up.version}
         return JSONResponse(for_client(resp, raw, served.name, up.version), headers=headers)
     finally:
-        done()
+        upstreams.leave()

@@ -278,10 +278,11 @@ variable "stage_pools" {
     rl           = "gpu-h100"
     long_horizon = "gpu-h100"
     eval         = "gpu-h100"
+    live         = "gpu-h100"
   }
 
   validation {
-    condition     = alltrue([for s, _ in var.stage_pools : contains(["default", "base", "cpt", "sft", "rl", "long_horizon", "eval"], s)])
-    error_message = "stage_pools keys must be harnessrl stages: default, base, cpt, sft, rl, long_horizon, eval."
+    condition     = alltrue([for s, _ in var.stage_pools : contains(["default", "base", "cpt", "sft", "rl", "long_horizon", "eval", "live"], s)])
+    error_message = "stage_pools keys must be harnessrl stages: default, base, cpt, sft, rl, long_horizon, eval, live."
   }
 }
