@@ -59,6 +59,28 @@ def test_completion_is_logged_token_for_token(server) -> None:
     assert resp.choices[0].message.content == record["text"] or resp.choices[0].message.tool_calls
 
 
+def test_logged_logprobs_are_what_the_trainer_computes(server) -> None:
+    """The live cycle trains on logged turns with their logged behaviour logprobs: those must be the
+    trainer's own logprobs of the logged ids under the sampling temperature, or every importance weight
+    is off."""
+    import torch
+
+    from harnessrl.model.checkpoint import load
+    from harnessrl.rl.objective import Sample, completion_logprobs
+
+    url, live, ckpt = server
+    for temperature in (1.0, 0.7):
+        client(url).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "align"}],
+                                            max_tokens=10, temperature=temperature,
+                                            extra_headers={"X-Session-Id": f"align-{temperature}"})  # fmt: skip
+        (r,) = [r for r in read_log(live / "sessions.jsonl")[0] if r["session_id"] == f"align-{temperature}"]
+        model, tok = load(ckpt)
+        sample = Sample(r["prompt_ids"], r["completion_ids"], r["logprobs"], 0.0)
+        with torch.no_grad():
+            (trainer,) = completion_logprobs(model, [sample], tok.pad_token_id, r["temperature"])
+        assert torch.allclose(trainer, torch.tensor(r["logprobs"]), atol=1e-4), (trainer, r["logprobs"])
+
+
 def test_stream_matches_the_completion(server) -> None:
     url, _, _ = server
     args = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16, "temperature": 0}
