@@ -232,3 +232,17 @@ def test_hot_swap_drops_nothing_and_names_each_version(server, tmp_path: Path) -
     while httpx.get(url + "/health").json()["policy_version"] != old and time.monotonic() < deadline:
         time.sleep(0.2)
     assert httpx.get(url + "/health").json()["policy_version"] == old
+
+
+def test_an_api_key_guards_every_v1_route(tiny_base: dict[str, Path], tmp_path: Path) -> None:
+    proc, url = start_server(tiny_base["base"], tmp_path / "live", "--api-key", "s3cret")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            client(url).models.list()  # client() sends the key "none"
+        ok = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0)
+        assert ok.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        r = httpx.post(url + "/v1/feedback", json={"type": "accepted", "session_id": "a"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(url + "/health").status_code == 200  # liveness stays open
+    finally:
+        stop_server(proc)

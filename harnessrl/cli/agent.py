@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -81,14 +82,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
         from harnessrl.engines.openai_client import ChatEndpointPolicy, EndpointError, served_model
 
         try:
-            name = args.served_model or served_model(args.endpoint)
+            name = args.served_model or served_model(args.endpoint, api_key=os.environ.get("HARNESSRL_API_KEY"))
         except EndpointError as e:
             return bad(f"--endpoint: {e}")
         # A plain request, as any client's: the checkpoint's own serving metadata must do the rest. The
         # session id ties this episode's turns together in `harnessrl serve`'s log, for feedback.
         session = f"agent-{uuid.uuid4().hex}"
         print(f"session {session}", file=sys.stderr)
-        policy = ChatEndpointPolicy(args.endpoint, name, args.temperature, token_ids=False, session_id=session)
+        policy = ChatEndpointPolicy(args.endpoint, name, args.temperature, token_ids=False, session_id=session,
+                                    api_key=os.environ.get("HARNESSRL_API_KEY"))  # fmt: skip
     try:
         trained = load_harness(args.model or args.harness) if (args.model or args.harness) else None
         harness = _agent_harness(args, production_harness(trained), context_len)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -73,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="simulated users: work tasks with a served model over HTTP, then send feedback",
         description="Draw tasks from the recipe's training prompts (stages.rl.suites), work each with the "
         "model at --endpoint through `harnessrl agent --endpoint`'s client in the served checkpoint's "
-        "harness, and post each session's feedback (harnessrl/live/simulate.py says what each behaviour sends).",
+        "harness, and post each session's feedback (harnessrl/live/simulate.py says what each behaviour sends). "
+        "A server with an API key gets $HARNESSRL_API_KEY.",
     )
     add_overrides(pm)
     live_dir(pm)
@@ -210,7 +212,8 @@ def _simulate(args: argparse.Namespace, cfg) -> int:
         raise ValueError(f"stages.rl.suites: no prompts of {cfg.stages.rl.suites} in {data_dir / 'prompts.jsonl'}")
     drawn = random.Random(args.seed).choices(tasks, k=args.sessions)
     rows = simulate(args.endpoint, args.model, drawn, data_dir, harness.budgets, args.behaviour,
-                    cfg.stages.rl.temperature, f"sim-{args.behaviour}-{uuid.uuid4().hex[:8]}", args.workers, args.seed)  # fmt: skip
+                    cfg.stages.rl.temperature, f"sim-{args.behaviour}-{uuid.uuid4().hex[:8]}", args.workers, args.seed,
+                    os.environ.get("HARNESSRL_API_KEY"))  # fmt: skip
     solved = sum(r["success"] for r in rows) / len(rows)
     print(
         f"[simulate] {len(rows)} sessions ({args.behaviour}): checker passed {solved:.3f}, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-memory-utilization", type=float,
                    help="vllm: the share of GPU memory vLLM may take (default: engine.gpu_memory_utilization's)")  # fmt: skip
     p.add_argument("--tensor-parallel-size", type=int, help="vllm: GPUs per engine (default: 1)")
+    p.add_argument("--api-key", default=os.environ.get("HARNESSRL_API_KEY"),
+                   help="require Authorization: Bearer KEY on /v1 (default: $HARNESSRL_API_KEY, which `harnessrl agent` "
+                   "and `live simulate` also send; none: open, so keep the server on loopback or behind a gateway)")  # fmt: skip
     p.add_argument(
         "--no-log", action="store_true", help="no session log: turns no live cycle can train on (for benchmarks)"
     )
@@ -80,7 +84,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         }
         engine = EngineConfig(kind=args.engine, **{k: v for k, v in given.items() if v is not None})
         serve(args.live_dir, args.checkpoint, args.host, args.port, args.served_model_name, args.dtype,
-              args.max_batch, args.max_tokens, not args.no_fsync, not args.no_log, seed=args.seed, engine=engine)  # fmt: skip
+              args.max_batch, args.max_tokens, not args.no_fsync, not args.no_log, seed=args.seed, engine=engine,
+              api_key=args.api_key or None)  # fmt: skip
     except (ValueError, CheckpointError, FileNotFoundError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

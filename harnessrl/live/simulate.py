@@ -42,10 +42,10 @@ def feedback_for(behaviour: Behaviour, *, solved: bool, broken: bool, asked: boo
     return events
 
 
-def post_feedback(base_url: str, events: list[dict[str, Any]]) -> dict[str, int]:
+def post_feedback(base_url: str, events: list[dict[str, Any]], api_key: str | None = None) -> dict[str, int]:
     url = completions_url(base_url).removesuffix("/chat/completions") + "/feedback"
-    req = urllib.request.Request(url, data=json.dumps({"events": events}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+    req = urllib.request.Request(url, data=json.dumps({"events": events}).encode(), headers=headers, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
 
@@ -61,6 +61,7 @@ def simulate(
     prefix: str,
     workers: int = 4,
     seed: int = 0,
+    api_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """One session per task; returns a row per session (its id, whether the checker passed, what was
     sent). Sessions run `workers` at a time, each in its own sandbox uid."""
@@ -71,13 +72,14 @@ def simulate(
         if not hasattr(local, "uid"):  # concurrent sessions never share a sandbox uid
             local.uid = BASE_UID + 100 + next(slots)
         task, sid = tasks[k], f"{prefix}-{k:05d}"
-        policy = ChatEndpointPolicy(base_url, model, temperature, seed=seed * 100_003 + k, session_id=sid)
+        policy = ChatEndpointPolicy(base_url, model, temperature, seed=seed * 100_003 + k, api_key=api_key,
+                                    session_id=sid)  # fmt: skip
         t0 = time.perf_counter()
         traj = run_task(task, data_dir, policy, budgets, uid=local.uid)
         events = feedback_for(behaviour, solved=bool(traj.outcome.success), broken=traj.counts.malformed_turns > 0,
                               asked=traj.counts.ask_user > 0, edits=task.check.kind != "answer", sid=sid,
                               seconds=time.perf_counter() - t0)  # fmt: skip
-        post_feedback(base_url, events)
+        post_feedback(base_url, events, api_key)
         return {"session_id": sid, "task": task.id, "success": bool(traj.outcome.success),
                 "malformed": traj.counts.malformed_turns, "asked": traj.counts.ask_user,
                 "feedback": [e["type"] for e in events]}  # fmt: skip

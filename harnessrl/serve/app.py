@@ -12,6 +12,7 @@ checkpoint that produced it (`system_fingerprint` and the X-Policy-Version heade
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import re
 import sys
@@ -37,9 +38,9 @@ class Served:
     """What the app serves from: the generation thread, the logs, and the served model's name."""
 
     def __init__(self, generator: Generator, sessions: AppendLog | None, feedback: FeedbackStore, name: str,
-                 default_max_tokens: int) -> None:  # fmt: skip
+                 default_max_tokens: int, api_key: str | None = None) -> None:  # fmt: skip
         self.generator, self.sessions, self.feedback, self.name = generator, sessions, feedback, name
-        self.default_max_tokens = default_max_tokens
+        self.default_max_tokens, self.api_key = default_max_tokens, api_key
         self.session_ids: set[str] = set()  # logged by this server: feedback for others is counted
 
 
@@ -60,6 +61,16 @@ async def read_json(request: Request) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
         raise APIError(400, f"the body is not valid JSON{where}", code="invalid_json") from None
+
+
+def authorize(served: Served, request: Request) -> None:
+    """With an API key set, every /v1 request must carry it (`Authorization: Bearer KEY`, as the
+    openai client sends it); compared in constant time."""
+    if served.api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {served.api_key}".encode()):
+        raise APIError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
 
 
 def session_id(request: Request) -> str:
@@ -92,13 +103,15 @@ def create_app(served: Served) -> FastAPI:
         return {"status": "ok", "policy_version": served.generator.current.version}
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models(request: Request) -> dict:
+        authorize(served, request)
         ckpt = served.generator.current
         return {"object": "list", "data": [{"id": served.name, "object": "model", "created": 0,
                 "owned_by": "harnessrl", "root": str(ckpt.path), "max_model_len": ckpt.renderer.context}]}  # fmt: skip
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict:
+        authorize(served, request)
         body = await read_json(request)
         items = body.get("events") if isinstance(body, dict) and "events" in body else [body]
         if not isinstance(items, list) or not items:
@@ -114,6 +127,7 @@ def create_app(served: Served) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
+        authorize(served, request)
         raw = await read_json(request)
         try:
             req = ChatRequest.model_validate(raw)
@@ -140,7 +154,8 @@ def create_app(served: Served) -> FastAPI:
 
             return await proxy_chat(served, req, raw, sid, prompt, room)
         turn = Turn(served, req, sid, prompt, room, asyncio.get_running_loop())
-        served.generator.submit(turn.job())
+        if not served.generator.submit(turn.job()):
+            raise APIError(503, "the server is overloaded: too many requests waiting; retry later", code="overloaded")
         headers = {"X-Session-Id": sid}
         if req.stream:
             return StreamingResponse(turn.chunks(), media_type="text/event-stream", headers=headers)

@@ -66,6 +66,7 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
 
 
+MAX_WAITING = 1024  # requests queued beyond this get a 503: a flood must not grow memory without bound
 SWAP = "swap"  # queued by swap(): wakes the generation thread to take the new checkpoint
 
 
@@ -88,8 +89,12 @@ class Generator:
     def renderer(self) -> PromptRenderer:
         return self.current.renderer
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job) -> bool:
+        """Queue a job; False (and nothing queued) when MAX_WAITING are already waiting."""
+        if self._jobs.qsize() >= MAX_WAITING:
+            return False
         self._jobs.put(job)
+        return True
 
     def swap(self, path: Path, dtype: str) -> Checkpoint:
         """Load `path` here (not on the generation thread, which keeps serving) and serve it from the

@@ -105,6 +105,7 @@ def serve(
     watch_s: float = 1.0,
     seed: int = 0,
     engine: EngineConfig | None = None,
+    api_key: str | None = None,
 ) -> None:
     """Serve until interrupted. `engine` None or kind hf: the in-process generation thread; kind vllm:
     vLLM's own OpenAI server behind the same front (vllm_upstream.py)."""
@@ -134,7 +135,7 @@ def serve(
         set_served(live_dir, ckpt.path, ckpt.version)
     set_serving(live_dir, ckpt.path, ckpt.version)
     sessions = AppendLog(live_dir / SESSIONS, fsync) if log else None
-    served = Served(generator, sessions, FeedbackStore(live_dir / FEEDBACK, fsync), name, max_tokens)
+    served = Served(generator, sessions, FeedbackStore(live_dir / FEEDBACK, fsync), name, max_tokens, api_key)
     served.session_ids |= {r.get("session_id") for r in read_log(live_dir / SESSIONS)[0]}
     stop = threading.Event()
     watcher = threading.Thread(target=watch_promotions, args=(live_dir, generator, dtype, watch_s, stop), daemon=True)
