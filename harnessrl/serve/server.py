@@ -14,6 +14,7 @@ admin endpoint: anyone who can write the live folder can already change what is 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -91,6 +92,19 @@ def watch_promotions(live_dir: Path, generator, dtype: str, every_s: float, stop
               f"({path})", flush=True)  # fmt: skip
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now; a port in use is a ValueError naming --port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+    return sock
+
+
 def serve(
     live_dir: Path,
     checkpoint: Path | None,
@@ -118,6 +132,7 @@ def serve(
 
     live_dir = Path(live_dir)
     live_dir.mkdir(parents=True, exist_ok=True)
+    sock = listen(host, port)  # first: vLLM picks free ports of its own while it starts, and must not take ours
     path = start_checkpoint(live_dir, checkpoint).resolve()
     if engine is not None and engine.kind == "vllm":
         from harnessrl.engines.vllm import check_installed
@@ -143,7 +158,8 @@ def serve(
     print(f"[serve] {name}: {ckpt.path} (version {ckpt.version[:12]}) on http://{host}:{port}/v1, "
           f"{'logging to' if log else 'NOT logging sessions (--no-log) in'} {live_dir}", flush=True)  # fmt: skip
     try:
-        uvicorn.run(create_app(served), host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
+        config = uvicorn.Config(create_app(served), log_level="warning", timeout_graceful_shutdown=30)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         stop.set()
         generator.close()
