@@ -31,7 +31,8 @@ def start_server(checkpoint: Path | None, live_dir: Path, *extra: str, name: str
     Path(live_dir).parent.mkdir(parents=True, exist_ok=True)
     log = Path(live_dir).parent / f"serve-{port}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | {"OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | {"OMP_NUM_THREADS": "1"},
+                                start_new_session=True)  # its own group: stop_server stops its vLLM too  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while True:
@@ -47,8 +48,16 @@ def start_server(checkpoint: Path | None, live_dir: Path, *extra: str, name: str
 
 
 def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    """SIGTERM to serve's process group, vLLM's server and engine included, then SIGKILL if needed: a
+    vLLM left running would hold its memory and cores."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 90), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)  # serve and everything it started (vLLM's server and engine)
+            proc.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -57,18 +57,12 @@ class Upstream:
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """Stop vLLM's server and its engine-core children: its own process group."""
-    import signal
-
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """Stop vLLM's server (it stops its engine core)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, log_dir: Path,
@@ -97,7 +91,8 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
     env["TMPDIR"] = tempfile.mkdtemp(prefix="vllm-", dir=log_dir)  # vLLM leaves sockets in the temp dir
     log = log_dir / f"vllm-{port}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # In serve's own process group, so whatever stops serve's group stops vLLM with it.
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while True:
