@@ -57,6 +57,8 @@ def test_completion_is_logged_token_for_token(server) -> None:
     assert record["policy_version"] == version and record["tools"] == ["grep"]
     assert 0 < record["ttft_s"] <= record["total_s"]
     assert resp.choices[0].message.content == record["text"] or resp.choices[0].message.tool_calls
+    # Either way the logged text is the completion's ids decoded: what the model wrote, tags and all.
+    assert record["text"] == tok.decode([t for t in record["completion_ids"] if t not in renderer.stop])
 
 
 def test_logged_logprobs_are_what_the_trainer_computes(server) -> None:
