@@ -75,13 +75,12 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
     batches of `prompts_per_step` distinct prompts drawn uniformly (RL's `uniform` curriculum: the
     SFT policy's pass rates are what RFT samples, so nothing steers the draw); the successful ones'
     conversations, and how many episodes ran."""
-    from components.rl import episode_budgets
     from harnessrl.engines.hf import HFEngine
+    from harnessrl.harness.episode import BASE_UID
     from harnessrl.model.checkpoint import load
     from harnessrl.model.prompts import PromptRenderer
     from harnessrl.rl.rollouts import run_group
-    from harnessrl.tasks import Task
-    from harnessrl.tasks.run import BASE_UID
+    from harnessrl.tasks.task import Task
 
     rl = cfg.stages.rl
     tasks = [Task.model_validate(r["task"]) for r in read_jsonl(data_dir / "prompts.jsonl")]
@@ -93,7 +92,7 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
         groups = rng.sample(tasks, min(rl.prompts_per_step, len(tasks)))
         todo = [t for t in groups for _ in range(rl.group_size)][: episodes - start]
         uids = range(BASE_UID, BASE_UID + len(todo))
-        trajs, _ = run_group(todo, data_dir, episode_budgets(rl), renderer, engine.generate, cfg.seed + b, uids)
+        trajs, _ = run_group(todo, data_dir, rl.budgets(), renderer, engine.generate, cfg.seed + b, uids)
         wins += [tr.messages for tr in trajs if tr.outcome.success]
         if (b + 1) % 10 == 0:
             print(f"[rft] sampled {start + len(todo):,}/{episodes:,} episodes, {len(wins):,} successful", flush=True)

@@ -20,12 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from harnessrl.config import Budgets
 from harnessrl.harness import sandbox as sb
+from harnessrl.harness.episode import run_tasks
 from harnessrl.harness.protocol import parse_turn, render_calls
 from harnessrl.harness.sandbox import Sandbox, create_workspace, remove_workspace
 from harnessrl.harness.tools import ALL_TOOLS
 from harnessrl.harness.tools.search import BM25Index
-from harnessrl.tasks import Expert, build_suite, expert_trajectories, load_suite, run_tasks, success_rates
+from harnessrl.tasks.expert import Expert, expert_trajectories, success_rates
+from harnessrl.tasks.suites import build_suite
+from harnessrl.tasks.task import load_suite
 
 
 def best_ms(fn, repeats: int = 5) -> float:
@@ -152,7 +156,8 @@ def bench_call_overhead(tmp: Path) -> None:
     time and record. The tool here does nothing, so everything measured is overhead."""
     from pydantic import BaseModel, ConfigDict
 
-    from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+    from harnessrl.config import Budgets
+    from harnessrl.harness.episode import AssistantTurn, run_episode
     from harnessrl.harness.tools import Tool, ToolContext
 
     class NoArgs(BaseModel):
@@ -188,7 +193,7 @@ def bench_concurrency(tmp: Path) -> None:
     for n in (1, 64, 256, 512):
         batch = [tasks[i % len(tasks)] for i in range(n)]
         t = time.perf_counter()
-        trajs = run_tasks(batch, d, SlowExpert, workers=n)
+        trajs = run_tasks(batch, d, SlowExpert, Budgets(), workers=n)
         wall = time.perf_counter() - t
         ok = all(tr.outcome.success for tr in trajs)
         best = n if ok else best

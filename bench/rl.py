@@ -36,7 +36,7 @@ def install_env_latency(median_s: float, sigma: float, seed: int = 0) -> None:
     """Every policy turn in this process is followed by a lognormal sleep: the environment's response."""
     import random
 
-    import harnessrl.tasks.run as run_mod
+    import harnessrl.harness.episode as run_mod
 
     if getattr(run_mod.run_episode, "_bench_latency", False):
         return

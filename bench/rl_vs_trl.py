@@ -2,8 +2,8 @@
 
 Same tiny model (built from the smoke recipe's config), same single-turn prompts, group size, batch,
 max new tokens, learning rate and reward function; both on this CPU, both in fp32. harnessrl's step is
-the RL stage's own code: the `hf` engine's batched generate, group advantages, and `update` on the
-DeepSpeed engine. Target: at most half of TRL's time per step.
+the RL stage's own code: the `hf` engine's batched generate, group advantages, and LocalTrainer's
+`update` on the DeepSpeed engine. Target: at most half of TRL's time per step.
 
     pip install -e '.[bench]' && python bench/rl_vs_trl.py [--steps 6] [--prompts 8] [--group 8]
 """
@@ -26,8 +26,8 @@ from harnessrl.data.build import build, read_jsonl
 from harnessrl.engines.hf import generate
 from harnessrl.model.checkpoint import load
 from harnessrl.model.tokenizer import render_ids
-from harnessrl.rl.loop import trainer_config, update
-from harnessrl.rl.objective import Sample, group_advantages
+from harnessrl.rl.loop import group_advantages
+from harnessrl.rl.trainer import LocalTrainer, Sample
 from harnessrl.stage import run_stage
 
 
@@ -47,16 +47,11 @@ def base_checkpoint(root: Path) -> tuple[Path, list[list[dict]]]:
 
 
 def harnessrl_steps(ckpt: Path, prompts: list[list[dict]], args) -> list[float]:
-    from harnessrl.train import distributed
-
     model, tok = load(ckpt)
     cfg = compose(["recipe=tiny_smoke", f"stages.rl.lr={args.lr}", f"stages.rl.max_new_tokens={args.max_tokens}",
                    f"stages.rl.group_size={args.group}", f"stages.rl.prompts_per_step={args.prompts}",
                    f"stages.rl.steps={args.steps}"]).stages.rl  # fmt: skip
-    distributed.setup()
-    from harnessrl.train.engine import build_engine
-
-    engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
+    trainer = LocalTrainer(model, None, cfg, tok.pad_token_id)
     times = []
     for step in range(args.steps):
         t0 = time.perf_counter()
@@ -67,8 +62,7 @@ def harnessrl_steps(ckpt: Path, prompts: list[list[dict]], args) -> list[float]:
         rewards = torch.tensor([reward(tok.decode(o.token_ids)) for o in outs])
         adv = group_advantages(rewards, args.group)
         samples = [Sample(p, o.token_ids, o.logprobs, a) for p, o, a in zip(ids, outs, adv.tolist(), strict=True)]
-        model.train()
-        update(engine, model, None, [s for s in samples if s.advantage != 0], cfg, tok.pad_token_id)
+        trainer.update([s for s in samples if s.advantage != 0])
         times.append(time.perf_counter() - t0)
     return times
 

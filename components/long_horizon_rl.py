@@ -1,7 +1,7 @@
 """Stage 4, long-horizon RL with self-summarization.
 
 The RL stage's own loop, on the long-horizon suite, under a context policy: when an episode's context
-reaches `summary_trigger` tokens the policy writes a summary (capped at `summary_max_tokens`) and goes
+reaches `context.trigger` tokens the policy writes a summary (capped at `context.summary_max_tokens`) and goes
 on from it (harnessrl/harness/context.py). Every segment's turns, the summaries among them, are
 trained with the trajectory's one advantage, so the final outcome is what teaches a summary what to
 keep; episodes that run out of a budget get no gradient with `overlong_mask` (harnessrl/rl/loop.py).

@@ -11,35 +11,17 @@ from harnessrl.data.build import read_jsonl
 from harnessrl.stage import StageContext
 
 
-def episode_budgets(cfg: RLConfig):
-    """The harness's budgets for this stage's episodes, and its context policy where it has one."""
-    from harnessrl.config import LongHorizonConfig
-    from harnessrl.harness.context import ContextConfig
-    from harnessrl.harness.episode import Budgets
-
-    context = ContextConfig()
-    if isinstance(cfg, LongHorizonConfig):
-        context = ContextConfig(
-            policy=cfg.context,
-            budget=cfg.context_budget,
-            trigger=cfg.summary_trigger,
-            summary_max_tokens=cfg.summary_max_tokens,
-            max_summaries=cfg.max_summaries,
-        )
-    return Budgets(max_turns=cfg.max_turns, max_turn_tokens=cfg.max_new_tokens,
-                   max_tokens=cfg.max_turns * cfg.max_new_tokens, context=context)  # fmt: skip
-
-
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.engines.vllm import check_installed
+    from harnessrl.harness.episode import BASE_UID
     from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
     from harnessrl.model.checkpoint import load, save
     from harnessrl.model.prompts import PromptRenderer
     from harnessrl.rl.loop import train_rl
     from harnessrl.rl.rollouts import LocalRollouts
-    from harnessrl.tasks import Task
-    from harnessrl.tasks.run import BASE_UID
+    from harnessrl.rl.trainer import LocalTrainer, TrainerGroup
+    from harnessrl.tasks.task import Task
 
     if "rayjob" in ctx.cfg:  # on a cluster, async: the fleet and this loop run as a RayJob on KubeRay
         from harnessrl.cluster import rayjob
@@ -48,7 +30,7 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     cfg = config_cls.model_validate(ctx.cfg["stage"])
     engine = EngineConfig.model_validate(ctx.cfg["engine"])
     check_installed(engine.kind)
-    dtype = ctx.cfg["model"]["dtype"]
+    dtype, seed = ctx.cfg["model"]["dtype"], ctx.cfg["seed"]
     model, tok = load(ctx.parent, dtype)
     # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.
     reference = load(ctx.parent, dtype)[0].eval() if cfg.kl_coef > 0 else None
@@ -56,37 +38,38 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     tasks = [t for t in tasks if t.suite in cfg.suites]
     if not tasks:
         raise ValueError(f"stages.{tag}.suites: no prompts of {cfg.suites} in {ctx.data_dir / 'prompts.jsonl'}")
-    budgets = episode_budgets(cfg)
+    budgets = cfg.budgets()
+
+    # Where episodes come from: a Ray fleet (async), or this process, sampling on vLLM or on the
+    # trainer's own model (sync).
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     if cfg.mode == "async":
         from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
 
         ray_dir = ctx.out.parent / ".ray"  # Ray's files next to the output, not in ~/.ray or /tmp/ray
         rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, engine, dtype)
-    elif engine.kind == "vllm":  # sync on vLLM: the engine gets the trainer's weights after every step
+    elif engine.kind == "vllm":  # the engine gets the trainer's weights after every step
         from harnessrl.engines.vllm import VLLMEngine
 
-        vllm = VLLMEngine(ctx.parent, engine, dtype, cfg.temperature, ctx.cfg["seed"])
+        vllm = VLLMEngine(ctx.parent, engine, dtype, cfg.temperature, seed)
         rollouts = LocalRollouts(vllm, renderer, ctx.data_dir, cfg.group_size, budgets, True, BASE_UID)
-    else:  # sync on hf: the trainer's own model generates, in this process
+    else:  # the trainer's own model generates: nothing to sync
         from harnessrl.engines.hf import HFEngine
 
         hf = HFEngine(model, tok, cfg.temperature)
         rollouts = LocalRollouts(hf, renderer, ctx.data_dir, cfg.group_size, budgets, False, BASE_UID)
     try:
-        last = train_rl(
-            model,
-            tok,
-            tasks,
-            cfg,
-            RewardConfig.model_validate(ctx.cfg["reward"]),
-            ctx.out,
-            tag,
-            ctx.cfg["seed"],
-            rollouts,
-            state_dir=ctx.state_dir,
-            reference=reference,
-        )
+        # What updates the weights: this process's DeepSpeed engine, or DeepSpeed ranks as a Ray actor
+        # group (async only: the fleet started Ray), whose rank 0's weights `model` mirrors.
+        if cfg.trainer_world_size > 1:
+            trainer = TrainerGroup(model, reference, cfg, tok.pad_token_id, seed)
+        else:
+            trainer = LocalTrainer(model, reference, cfg, tok.pad_token_id)
+        try:
+            reward = RewardConfig.model_validate(ctx.cfg["reward"])
+            last = train_rl(model, tasks, cfg, reward, ctx.out, tag, seed, rollouts, trainer, ctx.state_dir)
+        finally:
+            trainer.close()
     finally:
         rollouts.close()  # the fleet's actors and Ray, or the vLLM engine, also when training fails
     save(model, tok, ctx.out)

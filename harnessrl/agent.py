@@ -24,7 +24,7 @@ from harnessrl.harness.tools import ALL_TOOLS, ToolContext, select
 
 def production_harness(spec: HarnessSpec | None) -> HarnessSpec:
     """A checkpoint's own harness, or for one trained in none, every tool and the production prompt."""
-    from harnessrl.harness.episode import Budgets
+    from harnessrl.config import Budgets
 
     return spec or HarnessSpec(tools=list(ALL_TOOLS), system_prompt=PRODUCTION_PROMPT, budgets=Budgets())
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from harnessrl.agent import production_harness, run_agent
 from harnessrl.cli import main
-from harnessrl.harness.episode import AssistantTurn, Budgets
+from harnessrl.config import Budgets
+from harnessrl.harness.episode import AssistantTurn
 from harnessrl.harness.protocol import render_calls
 from tests.conftest import needs_bwrap
 

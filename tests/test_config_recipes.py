@@ -43,16 +43,15 @@ def test_gpu_recipe_expresses_cluster_settings() -> None:
 
 def test_gpu_recipe_builds_the_context_policy_it_names() -> None:
     """qwen_coder_7b's summary_trigger and summary_max_tokens reach the harness through the same code
-    the tiny recipe runs (components/rl.py: episode_budgets)."""
-    from components.rl import episode_budgets
+    the tiny recipe runs (RLConfig.budgets)."""
 
     lh = compose(["recipe=qwen_coder_7b"]).stages.long_horizon
-    budgets = episode_budgets(lh)
+    budgets = lh.budgets()
     assert budgets.context.model_dump() == {"policy": "summarize", "budget": 32768, "trigger": 24576,
-                                            "summary_max_tokens": 1024, "max_summaries": lh.max_summaries}  # fmt: skip
+                                            "summary_max_tokens": 1024, "max_summaries": 4}  # fmt: skip
     assert budgets.max_turn_tokens == lh.max_new_tokens == 4096 and budgets.max_turns == lh.max_turns
-    assert episode_budgets(compose(["recipe=qwen_coder_7b"]).stages.rl).context.policy == "none"
-    tiny = episode_budgets(compose([]).stages.long_horizon).context
+    assert compose(["recipe=qwen_coder_7b"]).stages.rl.budgets().context.policy == "none"
+    tiny = compose([]).stages.long_horizon.budgets().context
     assert (tiny.policy, tiny.budget, tiny.trigger, tiny.summary_max_tokens) == ("summarize", 224, 136, 88)
 
 
@@ -69,8 +68,12 @@ BAD_OVERRIDES = [
     ("model.name=???", "model.name", "missing required value"),
     ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
     ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
-    ("stages.long_horizon.summary_trigger=400", "stages.long_horizon", "must fit in context_budget"),
-    ("stages.long_horizon.context=compact", "stages.long_horizon.context", "'none', 'truncate' or 'summarize'"),
+    ("stages.long_horizon.context.trigger=400", "stages.long_horizon.context", "must fit in the budget"),
+    (
+        "stages.long_horizon.context.policy=compact",
+        "stages.long_horizon.context.policy",
+        "'none', 'truncate' or 'summarize'",
+    ),
     ("stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks", "needs the long-horizon stage"),
     # Settings that would do nothing are refused, naming the field.
     ("stages.rl.rollout_workers=4", "stages.rl", "rollout_workers=4 take effect only in mode async"),

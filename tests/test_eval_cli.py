@@ -12,7 +12,8 @@ from harnessrl.config import EvalConfig
 from harnessrl.report.episodes import checkpoint_rows
 from harnessrl.report.heldout import load_heldout
 from harnessrl.report.metrics import suite_metrics
-from harnessrl.tasks import TaskFileError, build_suite
+from harnessrl.tasks.suites import build_suite
+from harnessrl.tasks.task import TaskFileError
 from tests.conftest import run_cli
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harnessrl.harness.context import SUMMARIZE_REQUEST, ContextConfig
-from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+from harnessrl.config import Budgets, ContextConfig
+from harnessrl.harness.context import SUMMARIZE_REQUEST
+from harnessrl.harness.episode import AssistantTurn, run_episode
 from harnessrl.harness.protocol import render_calls
 from harnessrl.harness.sandbox import create_workspace, remove_workspace
 from harnessrl.harness.tools import ToolContext, select

@@ -5,7 +5,8 @@ import time
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from harnessrl.harness.episode import AssistantTurn, Budgets, Trajectory, run_episode
+from harnessrl.config import Budgets
+from harnessrl.harness.episode import AssistantTurn, Trajectory, run_episode
 from harnessrl.harness.protocol import render_calls
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
 from harnessrl.harness.tools import ALL_TOOLS, Tool, ToolContext, select

@@ -39,13 +39,13 @@ def test_the_context_budgets_separate_terse_from_verbose_summaries(default_data:
     for s in first:
         assert s[6]["content"] == SUMMARIZE_REQUEST
         one, two = count(s[:4]), count(s[:6])
-        assert one < lh.summary_trigger <= two, "the stage must summarize after the second search, not the first"
+        assert one < lh.context.trigger <= two, "the stage must summarize after the second search, not the first"
         # Truncation: a third search like the second, and room for the answer, overflow the budget.
-        assert two + (two - one) + lh.max_new_tokens > lh.context_budget
+        assert two + (two - one) + lh.max_new_tokens > lh.context.budget
         summary = len(tok(s[7]["content"], add_special_tokens=False)["input_ids"]) + 1  # and its end token
-        assert count(s[:7]) + summary <= lh.context_budget and summary <= lh.summary_max_tokens
+        assert count(s[:7]) + summary <= lh.context.budget and summary <= lh.context.summary_max_tokens
     terse = [s for s in later if re.fullmatch(r"Summary 1:\n[\d ]+\n\d+ turns left\.", s[2]["content"])]
     verbose = [s for s in later if s[2]["content"].startswith("Summary 1:") and "Still to find" in s[2]["content"]]
     assert terse and verbose
-    assert all(count(s[:5]) < lh.summary_trigger for s in terse), "a terse summary leaves room to answer"
-    assert all(count(s[:5]) >= lh.summary_trigger for s in verbose), "a verbose one fills the context again"
+    assert all(count(s[:5]) < lh.context.trigger for s in terse), "a terse summary leaves room to answer"
+    assert all(count(s[:5]) >= lh.context.trigger for s in verbose), "a verbose one fills the context again"

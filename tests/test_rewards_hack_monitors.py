@@ -87,7 +87,9 @@ def comps(n, outcome=0.0):
 
 def run_step(monitor, step, trajs, components=None, needed=None):
     components = components if components is not None else comps(len(trajs))
-    return monitor.update(step, trajs, components, needed if needed is not None else [0] * len(trajs))
+    for t, c in zip(trajs, components, strict=True):  # what the RL loop's scoring stores on each trajectory
+        t.reward_components = dict(c)
+    return monitor.check(step, trajs, needed if needed is not None else [0] * len(trajs))
 
 
 # -- rates -------------------------------------------------------------------------------------
@@ -350,6 +352,6 @@ def test_a_real_episode_through_the_harness(tmp_path):
     tr = run_episode(lambda m, t, n: AssistantTurn(text=next(turns)), "What is LIMIT?", tools, ToolContext(tmp_path))
     assert "1 == 1" in (tmp_path / "tests" / "test_app.py").read_text()
     assert tampered_with_tests(tr) and answer_supported(tr) is True
-    rates, incidents = HackMonitor(MonitorConfig(), tmp_path / "i.jsonl").update(0, [tr], comps(1), [0])
+    rates, incidents = run_step(HackMonitor(MonitorConfig(), tmp_path / "i.jsonl"), 0, [tr])
     assert rates["hack/malformed"] == 0.25 and rates["hack/edits"] == 1.0 and rates["hack/unsupported_answer"] == 0.0
     assert [i["monitor"] for i in incidents] == ["test_tamper"]

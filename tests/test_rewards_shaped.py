@@ -1,11 +1,15 @@
 """Shaped rewards: each component is named and weighted, malformed turns are explicit negatives, and
 efficiency is paid only on solved tasks, so giving up early never beats trying and missing."""
 
-from harnessrl.config import RewardConfig
-from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory
-from harnessrl.rewards.shaped import reward_components, total
+from harnessrl.config import Budgets, RewardConfig
+from harnessrl.harness.episode import Counts, Outcome, Trajectory
+from harnessrl.rl.loop import reward_components
 
 W = RewardConfig()
+
+
+def _total(components: dict[str, float]) -> float:
+    return sum(components.values())
 
 
 def traj(success: bool, **counts: int) -> Trajectory:
@@ -19,19 +23,18 @@ def test_components_are_named_and_weighted():
     c = reward_components(traj(True, turns=3, tokens=2000, parallel_turns=1, malformed_turns=1, ask_user=2), W, 1)
     assert c == {"outcome": 1.0, "malformed": -1.0, "turns": -0.06, "tokens": 0.0, "parallel": 0.05, "clarify": -0.1,
                  "summary_tokens": 0.0, "overlong": 0.0}  # fmt: skip
-    assert total(c) == sum(c.values())
 
 
 def test_efficiency_counts_only_on_solved_tasks():
     guess = reward_components(traj(False, turns=1, tokens=10), W)  # answered without looking
     missed = reward_components(traj(False, turns=2, tokens=40, parallel_turns=1), W)  # searched, wrong
-    assert total(guess) == total(missed) == 0.0
-    assert total(reward_components(traj(True, turns=2), W)) > total(reward_components(traj(True, turns=3), W)) > 0
+    assert _total(guess) == _total(missed) == 0.0
+    assert _total(reward_components(traj(True, turns=2), W)) > _total(reward_components(traj(True, turns=3), W)) > 0
 
 
 def test_malformed_and_clarify_count_on_failures_too():
     c = reward_components(traj(False, turns=2, malformed_turns=2, ask_user=1), W)
-    assert c["malformed"] == -2.0 and c["clarify"] == -0.1 and total(c) < 0
+    assert c["malformed"] == -2.0 and c["clarify"] == -0.1 and _total(c) < 0
 
 
 def test_summary_length_counts_on_solved_tasks_and_overlong_on_any():

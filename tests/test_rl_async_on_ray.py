@@ -115,25 +115,25 @@ def test_a_crashed_async_run_resumes_from_its_saved_state(
 ) -> None:
     """Async runs resume too: groups in flight at the crash are lost (the fleet is closed), the saved
     steps are kept once, and the new fleet gets the resumed weights before any rollout."""
-    from harnessrl.rl import loop
+    from harnessrl.rl.trainer import LocalTrainer
 
     args = ("stages.rl.mode=async", "stages.rl.steps=3", "stages.rl.checkpoint_every=1",
             "stages.rl.monitors.unsupported_answer_max=null")  # fmt: skip
-    real, calls = loop.update, []
+    real, calls = LocalTrainer.update, []
 
-    def crash_in_third_update(*a, **k):
+    def crash_in_third_update(self, *a, **k):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt("killed")  # as a kill would: mid-step, after two saved steps
-        return real(*a, **k)
+        return real(self, *a, **k)
 
-    monkeypatch.setattr(loop, "update", crash_in_third_update)
+    monkeypatch.setattr(LocalTrainer, "update", crash_in_third_update)
     with pytest.raises(KeyboardInterrupt):
         rl_stage(tiny_base, tmp_path / "rl", *args)
     assert (tmp_path / "rl.state" / "latest").read_text() == "step2"
     assert not (tmp_path / "rl").exists()
 
-    monkeypatch.setattr(loop, "update", real)
+    monkeypatch.setattr(LocalTrainer, "update", real)
     rows = rl_stage(tiny_base, tmp_path / "rl", *args)
     assert [r["step"] for r in rows] == [1, 2, 3]  # nothing lost or doubled
     assert rows[-1]["policy_version"] == 3 and rows[-1]["trained_tokens"] > 0
@@ -164,8 +164,8 @@ def test_long_horizon_trains_through_its_summaries_in_either_mode(
         return real(traj, weights, questions_needed) | {"summary_length": len(first) / 100}
 
     monkeypatch.setattr(loop, "reward_components", by_summary_length)
-    lh = ["stages.long_horizon.steps=2", "stages.long_horizon.context_budget=200", "stages.long_horizon.summary_trigger=30",
-          "stages.long_horizon.summary_max_tokens=12", "stages.long_horizon.max_summaries=2",
+    lh = ["stages.long_horizon.steps=2", "stages.long_horizon.context.budget=200", "stages.long_horizon.context.trigger=30",
+          "stages.long_horizon.context.summary_max_tokens=12", "stages.long_horizon.context.max_summaries=2",
           "stages.long_horizon.overlong_mask=false", f"stages.long_horizon.mode={mode}",
           "stages.long_horizon.monitors.warmup_steps=100"]  # fmt: skip
     cfg = compose([*SMOKE, *lh])

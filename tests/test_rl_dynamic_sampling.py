@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
-from harnessrl.config import RewardConfig, compose
-from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory
-from harnessrl.rl.loop import Collector, collect_informative, score
+from harnessrl.config import Budgets, RewardConfig, compose
+from harnessrl.harness.episode import Counts, Outcome, Trajectory
+from harnessrl.rl.loop import Collector, score
 from harnessrl.rl.rollouts import Rollout
 from harnessrl.tasks.task import Check, Solution, Task
 
@@ -55,31 +55,31 @@ def test_uniform_groups_are_refilled_until_enough_differ() -> None:
     # Groups come as: failed, mixed | failed, failed, mixed, ...: two informative ones after 5 groups.
     source = ScriptedSource([FAILED, MIXED, FAILED, FAILED, MIXED, MIXED])
     c = cfg(refill=4)
-    collector = Collector(source, TASKS, c, random.Random(0), 0, 0)
-    groups, dropped, extra = collect_informative(collector, 0, RewardConfig(), c)
+    collector = Collector(source, TASKS, c, RewardConfig(), random.Random(0), 0)
+    groups, dropped, extra = collector.collect_informative(0)
     assert (len(groups), dropped, extra) == (5, 0, 3)
-    scored = score(groups, RewardConfig(), c)
+    scored = score(groups, c)
     assert scored.uniform_share == 3 / 5
     assert scored.advantages.view(-1, 2)[[0, 2, 3]].abs().sum() == 0  # uniform: no gradient
-    assert collector.batches > 1  # the draws are counted, so a resumed run draws the same tasks next
+    assert collector.groups == 6  # groups are counted (each seeds its own), so a resumed run goes on from there
 
 
 def test_the_refill_is_capped_and_off_by_default() -> None:
     source = ScriptedSource([FAILED])
     capped = cfg(refill=3)
-    groups, _, extra = collect_informative(Collector(source, TASKS, capped, random.Random(0), 0, 0), 0,
-                                           RewardConfig(), capped)  # fmt: skip
+    groups, _, extra = Collector(source, TASKS, capped, RewardConfig(), random.Random(0), 0).collect_informative(0)
     assert (len(groups), extra) == (5, 3)  # never more than prompts_per_step + refill_groups
     off = cfg(refill=0)
-    groups, _, extra = collect_informative(Collector(ScriptedSource([FAILED]), TASKS, off, random.Random(0), 0, 0),
-                                           0, RewardConfig(), off)  # fmt: skip
+    groups, _, extra = Collector(
+        ScriptedSource([FAILED]), TASKS, off, RewardConfig(), random.Random(0), 0
+    ).collect_informative(0)
     assert (len(groups), extra) == (2, 0)
-    assert score(groups, RewardConfig(), off).uniform_share == 1.0
+    assert score(groups, off).uniform_share == 1.0
 
 
 def test_the_pass_rate_curriculum_favours_prompts_in_between() -> None:
     c = cfg(refill=0).model_copy(update={"curriculum": "pass_rate", "prompts_per_step": 1})
-    collector = Collector(ScriptedSource([MIXED]), TASKS, c, random.Random(0), 0, 0)
+    collector = Collector(ScriptedSource([MIXED]), TASKS, c, RewardConfig(), random.Random(0), 0)
     for t, outcome in zip(TASKS, [MIXED, FAILED, [True, True], MIXED], strict=True):
         for _ in range(4):  # four groups each: rates near 0.5, 0, 1 and 0.5
             collector.observe([[Rollout(t, trajectory(ok), 0) for ok in outcome]])
@@ -87,5 +87,5 @@ def test_the_pass_rate_curriculum_favours_prompts_in_between() -> None:
     drawn = [collector.draw()[0].id for _ in range(400)]
     counts = {t.id: drawn.count(t.id) for t in TASKS}
     assert min(counts["t0"], counts["t3"]) > 3 * max(counts["t1"], counts["t2"]) > 0  # favoured, never starved
-    uniform = Collector(ScriptedSource([MIXED]), TASKS, cfg(refill=0), random.Random(0), 0, 0)
+    uniform = Collector(ScriptedSource([MIXED]), TASKS, cfg(refill=0), RewardConfig(), random.Random(0), 0)
     assert uniform.pass_rates == {} and len(uniform.draw()) == 2  # off by default: rng.sample as before

@@ -14,7 +14,7 @@ import torch
 from harnessrl.engines.hf import HFEngine, generate, sample, stop_ids
 from harnessrl.engines.weights import weights_blob
 from harnessrl.model.checkpoint import load
-from harnessrl.rl.objective import Sample, completion_logprobs
+from harnessrl.rl.trainer import Sample, completion_logprobs
 
 SWAP_AFTER = 4  # tokens sampled by the first weights
 TEXTS = ("def add(a, b):\n    return", "import os\nprint(", "class A:\n")

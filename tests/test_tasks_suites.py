@@ -8,18 +8,11 @@ import pytest
 from harnessrl.harness import sandbox as sb
 from harnessrl.harness.sandbox import create_workspace, remove_workspace
 from harnessrl.io import tree_digest
-from harnessrl.tasks import (
-    SUITES,
-    TaskFileError,
-    build_suite,
-    expert_trajectories,
-    load_suite,
-    load_tasks,
-    make_checker,
-    success_rates,
-)
-from harnessrl.tasks.checkers import answer_matches, run_check
+from harnessrl.tasks.checkers import answer_matches, make_checker, run_check
+from harnessrl.tasks.expert import expert_trajectories, success_rates
 from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
+from harnessrl.tasks.suites import SUITES, build_suite
+from harnessrl.tasks.task import TaskFileError, load_suite, load_tasks
 
 needs_bwrap = pytest.mark.skipif(
     sb._bwrap_path() is None or not sb._bwrap_works(), reason="bubblewrap missing or cannot create namespaces"

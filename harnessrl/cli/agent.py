@@ -113,7 +113,7 @@ def _agent_harness(args: argparse.Namespace, harness: HarnessSpec, context_len: 
     """The harness the agent runs in: the trained one, with what the flags change."""
     from pydantic import ValidationError
 
-    from harnessrl.harness.context import ContextConfig
+    from harnessrl.config import ContextConfig
     from harnessrl.harness.spec import system_prompt
     from harnessrl.harness.tools import select
 

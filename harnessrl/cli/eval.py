@@ -95,7 +95,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from harnessrl.report.episodes import checkpoint_rows, endpoint_rows
     from harnessrl.report.heldout import load_heldout
     from harnessrl.report.write import write_report
-    from harnessrl.tasks import TaskFileError
+    from harnessrl.tasks.task import TaskFileError
 
     def bad(msg: str) -> int:
         print(f"harnessrl: error: {msg}", file=sys.stderr)

@@ -199,7 +199,7 @@ def _simulate(args: argparse.Namespace, cfg) -> int:
     from harnessrl.harness.spec import load_harness
     from harnessrl.live.simulate import simulate
     from harnessrl.serve.server import served_checkpoint
-    from harnessrl.tasks import Task
+    from harnessrl.tasks.task import Task
 
     if args.sessions <= 0 or args.workers <= 0:
         raise ValueError("--sessions and --workers must be positive")

@@ -72,7 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from harnessrl.tasks import TaskFileError, build_suite, expert_trajectories, load_suite, success_rates
+    from harnessrl.tasks.expert import expert_trajectories, success_rates
+    from harnessrl.tasks.suites import build_suite
+    from harnessrl.tasks.task import TaskFileError, load_suite
 
     try:
         if args.tasks_command == "build":
@@ -92,8 +94,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if args.context_budget:
         from pydantic import ValidationError
 
-        from harnessrl.harness.context import ContextConfig
-        from harnessrl.harness.episode import Budgets
+        from harnessrl.config import Budgets, ContextConfig
 
         trigger = args.summary_trigger or args.context_budget * 2 // 3
         try:
@@ -122,7 +123,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_tools(args: argparse.Namespace) -> int:
     import tempfile
 
-    from harnessrl.harness.episode import AssistantTurn, Budgets, run_episode
+    from harnessrl.config import Budgets
+    from harnessrl.harness.episode import AssistantTurn, run_episode
     from harnessrl.harness.sandbox import Sandbox, SandboxUnavailable, create_workspace, remove_workspace
     from harnessrl.harness.tools import ALL_TOOLS, ToolContext, select
 

@@ -12,7 +12,7 @@ which share its repos, plus the stages' files:
   harness.json                       the harness the SFT conversations were made in
 
 A row of prompts/heldout carries the whole task under "task" (its "repo" is relative to this folder),
-so a stage runs an episode with `run_task(Task.model_validate(row["task"]), data_dir, policy)`. The
+so a stage runs an episode with `run_task(Task.model_validate(row["task"]), data_dir, policy, budgets)`. The
 other keys serve the stages that score a first turn directly: "repo" (relative to repos/),
 "messages" (the episode's opening messages), "name", "answer" and "path".
 """
@@ -26,14 +26,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harnessrl.config import ConfigError, DataConfig, LongHorizonDataConfig, config_hash
-from harnessrl.harness.context import ContextConfig
-from harnessrl.harness.episode import Budgets
+from harnessrl.config import Budgets, ConfigError, ContextConfig, DataConfig, LongHorizonDataConfig, config_hash
+from harnessrl.harness.episode import prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
 from harnessrl.tasks import long_horizon, lookup
 from harnessrl.tasks.expert import expert_trajectories
-from harnessrl.tasks.run import prompt_messages
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
 
 

@@ -1,6 +1,6 @@
 """Context management: what the harness does when an episode's context fills up.
 
-Three policies, chosen per episode:
+Three policies, chosen per episode (config.ContextConfig):
 
 - `none`: the context grows until it reaches its budget; the episode then ends (`context_budget`).
 - `truncate`: the oldest whole turns are dropped (an assistant turn together with the tool results
@@ -19,40 +19,13 @@ model's tokenizer and chat template); without one it estimates four characters p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
 
 # (messages, tools) -> tokens of the rendered context, as the policy's engine would see it.
 TokenCounter = Callable[[list[dict[str, Any]], list[dict[str, Any]]], int]
 
 # Short on purpose: a tiny model reads these in every compacted episode.
 SUMMARIZE_REQUEST = "Context full: summarize what you still need."
-
-
-class ContextConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    policy: Literal["none", "truncate", "summarize"] = "none"
-    budget: int | None = Field(None, gt=0, description="context tokens the policy may hold; None: no cap")
-    trigger: int | None = Field(None, gt=0, description="summarize: context tokens at which the policy summarizes")
-    summary_max_tokens: int = Field(256, gt=0, description="summarize: the cap on one summary turn")
-    max_summaries: int = Field(3, ge=0, description="summarize: compactions per episode; one more ends it")
-
-    @model_validator(mode="after")
-    def _complete(self) -> ContextConfig:
-        if self.policy != "none" and self.budget is None:
-            raise ValueError(f"context policy {self.policy!r} needs a budget")
-        if self.policy == "summarize":
-            if self.trigger is None:
-                raise ValueError("context policy 'summarize' needs a trigger")
-            if self.trigger + self.summary_max_tokens > self.budget:  # type: ignore[operator]
-                raise ValueError("trigger + summary_max_tokens must fit in the budget (the summary turn must fit)")
-        return self
-
-    @property
-    def counts_tokens(self) -> bool:
-        """Whether the harness must count the context before each turn."""
-        return self.policy != "none" or self.budget is not None
 
 
 def approx_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:

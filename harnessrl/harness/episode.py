@@ -1,25 +1,32 @@
-"""The episode loop: policy turn -> parse -> run the calls (in parallel) -> feed back results, until the
-policy answers or a budget runs out; then check the workspace and return the trajectory record.
+"""An episode: a task's snapshot becomes a fresh workspace, the policy works in the sandbox, the
+task's checker decides, the workspace goes away.
 
-The record is the one thing that flows on (to rewards, the RL buffer, SFT data, eval reports), so it
-keeps everything: the messages exactly as the policy saw them, each turn's token ids and logprobs
-when the engine supplied them, per-call timings, counts, and the checked outcome. Rewards fill
-`reward_components` later; the harness knows nothing of RL.
+`run_task` is the one call the SFT data builder, the RL rollouts, eval and the simulated users share.
+Its loop, `run_episode`: policy turn -> parse -> run the calls (in parallel) -> feed back results,
+until the policy answers or a budget runs out; then check the workspace and return the trajectory.
+
+The trajectory is the one record that flows on (to rewards, the RL update, SFT data, eval reports), so
+it keeps everything: the messages exactly as the policy saw them, each turn's token ids and logprobs
+when the engine supplied them, per-call timings, counts, and the checked outcome. The RL loop's
+scoring fills `reward_components` once; the harness knows nothing of RL.
 """
 
 from __future__ import annotations
 
+import itertools
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.config import Budgets
 from harnessrl.harness.context import (
     SUMMARIZE_REQUEST,
-    ContextConfig,
     TokenCounter,
     approx_tokens,
     state_message,
@@ -35,7 +42,13 @@ from harnessrl.harness.protocol import (
     render_tools,
     tool_messages,
 )
-from harnessrl.harness.tools import Tool, ToolContext, ToolError, truncate
+from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
+from harnessrl.harness.spec import system_prompt as task_system_prompt
+from harnessrl.harness.tools import Tool, ToolContext, ToolError, select, truncate
+from harnessrl.tasks.checkers import Checker, make_checker
+from harnessrl.tasks.task import Task
+
+BASE_UID = 62000  # concurrent episodes get distinct sandbox uids, so process limits stay per episode
 
 
 class AssistantTurn(BaseModel):
@@ -55,25 +68,6 @@ class Policy(Protocol):
         """The next assistant turn, at most `max_tokens` tokens long. `tools` is the OpenAI-format list
         (for a chat template's `tools=`)."""
         ...
-
-
-# (workspace, final answer or None) -> (success, details). Raising counts as failure.
-Checker = Callable[[Path, str | None], tuple[bool, dict[str, Any]]]
-
-
-class Budgets(BaseModel):
-    """What bounds an episode. Three token budgets, each named, each its own stop reason: the
-    per-turn cap (a turn that hits it is marked `capped`), the episode's generated tokens, and the
-    context the policy may hold (`context.budget`, with the policy that manages it)."""
-
-    model_config = ConfigDict(extra="forbid")
-    max_turns: int = Field(30, gt=0)  # assistant turns; summaries are counted apart (context.max_summaries)
-    max_turn_tokens: int = Field(1024, gt=0)  # the per-turn cap
-    max_tokens: int = Field(32768, gt=0)  # generated over the episode (len(text)//4 when no token ids)
-    wall_s: float = 900.0  # checked between turns; commands are also cut off at the deadline
-    max_calls_per_turn: int = 8
-    max_parallel: int = 8  # threads running one turn's calls
-    context: ContextConfig = ContextConfig()
 
 
 class CallRecord(BaseModel):
@@ -164,7 +158,7 @@ class Trajectory(BaseModel):
     wall_s: float
     started_at: float  # unix time
     meta: dict[str, Any] = {}
-    reward_components: dict[str, float] = Field(default_factory=dict)  # filled by rewards, later
+    reward_components: dict[str, float] = Field(default_factory=dict)  # filled once, by the RL loop's scoring
 
     def to_jsonl(self) -> str:
         return self.model_dump_json() + "\n"
@@ -420,3 +414,78 @@ def run_episode(
         started_at=started_at,
         meta=meta or {},
     )
+
+
+# ----------------------------------------------------------------------------- a task's episode
+
+
+def prompt_messages(task: Task) -> list[dict[str, str]]:
+    """The conversation an episode of `task` starts from (what run_episode builds), for engines that take messages."""
+    return [
+        {"role": "system", "content": task_system_prompt(task.tools)},
+        {"role": "user", "content": task.instruction},
+    ]
+
+
+def run_task(
+    task: Task,
+    suite_dir: Path | str,
+    policy: Policy,
+    budgets: Budgets,
+    work_dir: Path | str | None = None,
+    uid: int = BASE_UID,
+    limits: SandboxLimits | None = None,
+    count_tokens: TokenCounter | None = None,
+) -> Trajectory:
+    """One episode of `task` with `policy`; the trajectory's outcome holds the checker's verdict.
+    `count_tokens` is the policy's own context counter, for the budgets' context policy."""
+    with tempfile.TemporaryDirectory(prefix="episode-", dir=work_dir) as tmp:
+        ws = create_workspace(Path(suite_dir) / task.repo, Path(tmp) / "ws", owner_uid=uid)
+        ctx = ToolContext(
+            workspace=ws,
+            sandbox=Sandbox(ws, limits or SandboxLimits(), uid=uid),
+            ask_user=(lambda _q, answer=task.user: answer) if task.user is not None else None,
+        )
+        try:
+            return run_episode(
+                policy,
+                task.instruction,
+                select(task.tools),
+                ctx,
+                checker=make_checker(task),
+                budgets=budgets,
+                system_prompt=task_system_prompt(task.tools),
+                task_id=task.id,
+                meta={"suite": task.suite, "split": task.split},
+                count_tokens=count_tokens,
+            )
+        finally:
+            remove_workspace(ws)
+
+
+def run_tasks(
+    tasks: list[Task],
+    suite_dir: Path | str,
+    policy_for: Callable[[Task], Policy],
+    budgets: Budgets,
+    workers: int = 4,
+    on_done: Callable[[], None] | None = None,
+) -> list[Trajectory]:
+    """Episodes of many tasks, `workers` at a time (threads: the work is in sandboxed subprocesses and
+    the policy). Results keep task order. `policy_for(task)` gives each episode its policy; `on_done`,
+    if given, is called after each episode (from its worker thread), e.g. to show progress."""
+    slots = itertools.count()
+    local = threading.local()
+
+    def one(task: Task) -> Trajectory:
+        if not hasattr(local, "uid"):
+            local.uid = BASE_UID + next(slots)
+        trajectory = run_task(task, suite_dir, policy_for(task), budgets, uid=local.uid)
+        if on_done is not None:
+            on_done()
+        return trajectory
+
+    if workers <= 1:
+        return [one(t) for t in tasks]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, tasks))

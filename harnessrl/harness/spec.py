@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from harnessrl.harness.episode import Budgets
+from harnessrl.config import Budgets
 
 HARNESS_FILE = "harness.json"
 SYSTEM_PROMPT = "You are a coding agent."

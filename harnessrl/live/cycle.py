@@ -3,7 +3,7 @@
     collect   the sessions served since the last cycle, joined with their feedback (sessions.py)
     monitor   the hack alarms on them (monitors.py); an alarm writes an incident and, unless
               live.train_on_alarm, the cycle trains nothing
-    train     stages.rl's own update (loop.LocalTrainer: the same objective, clipping and truncated
+    train     stages.rl's own update (trainer.LocalTrainer: the same objective, clipping and truncated
               importance weights) on exactly the logged prompt and completion ids, with the logged
               behaviour logprobs; each session's reward is its signals' weighted sum, and its
               advantage that reward against the cycle's mean (one group: the cycle)
@@ -178,15 +178,14 @@ def train(cfg: Config, live_dir: Path, data_dir: Path, served: Path, got: Collec
     from harnessrl.data.md5 import dvc_dir_md5
     from harnessrl.lineage.manifest import write_manifest
     from harnessrl.model.checkpoint import load, save
-    from harnessrl.rewards.shaped import total
-    from harnessrl.rl.loop import LocalTrainer
-    from harnessrl.rl.objective import Sample, group_advantages
+    from harnessrl.rl.loop import group_advantages
+    from harnessrl.rl.trainer import LocalTrainer, Sample
 
     started = time.time()
     rl, dtype = cfg.stages.rl, cfg.model.dtype
     model, tok = load(served, dtype)
     reference = load(served, dtype)[0].eval() if rl.kl_coef > 0 else None
-    totals = torch.tensor([total(r) for r in rewards])
+    totals = torch.tensor([sum(r.values()) for r in rewards])
     advantages = group_advantages(totals, len(totals), rl.normalization).tolist()
     samples = [
         Sample(t["prompt_ids"], t["completion_ids"], t["logprobs"], a)

@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+from harnessrl.config import Budgets
 from harnessrl.engines.openai_client import ChatEndpointPolicy, completions_url
-from harnessrl.harness.episode import Budgets
-from harnessrl.tasks.run import BASE_UID, run_task
+from harnessrl.harness.episode import BASE_UID, run_task
 from harnessrl.tasks.task import Task
 
 Behaviour = Literal["honest", "rewards_broken", "rewards_clarify", "sabotage"]

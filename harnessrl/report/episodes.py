@@ -16,15 +16,6 @@ from harnessrl.report.metrics import episode_row
 from harnessrl.tasks.task import Task
 
 
-def eval_budgets(cfg: EvalConfig, context=None):
-    """The eval's harness budgets: its per-turn and per-episode caps, and a context policy if given."""
-    from harnessrl.harness.context import ContextConfig
-    from harnessrl.harness.episode import Budgets
-
-    return Budgets(max_turns=cfg.max_turns, max_turn_tokens=cfg.max_new_tokens,
-                   max_tokens=cfg.max_turns * cfg.max_new_tokens, context=context or ContextConfig())  # fmt: skip
-
-
 def checkpoint_trajectories(
     path: Path | str,
     tasks: list[Task],
@@ -36,12 +27,12 @@ def checkpoint_trajectories(
 ) -> list[tuple[int, Task, Any]]:
     """(seed, task, trajectory) for every task under every seed with a local HF checkpoint, batched one
     generate per turn, on the `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL
-    rolls out. `budgets` defaults to the eval's own (eval_budgets)."""
+    rolls out. `budgets` defaults to the eval's own (EvalConfig.budgets)."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.harness.episode import BASE_UID
     from harnessrl.model.checkpoint import load
     from harnessrl.model.prompts import PromptRenderer
     from harnessrl.rl.rollouts import run_group
-    from harnessrl.tasks.run import BASE_UID
 
     model, tok = load(path, dtype)
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
@@ -53,7 +44,7 @@ def checkpoint_trajectories(
         from harnessrl.engines.hf import HFEngine
 
         sampler = HFEngine(model, tok, cfg.temperature)
-    budgets = budgets or eval_budgets(cfg)
+    budgets = budgets or cfg.budgets()
     uids = range(BASE_UID, BASE_UID + len(tasks))
     out = []
     try:
@@ -88,7 +79,7 @@ def endpoint_rows(
 ) -> list[dict]:
     """Every task under every seed with a served model; `workers` episodes in flight at once."""
     from harnessrl.engines.openai_client import ChatEndpointPolicy
-    from harnessrl.tasks import run_tasks
+    from harnessrl.harness.episode import run_tasks
 
     index = {t.id: i for i, t in enumerate(tasks)}
     rows: list[dict[str, Any]] = []
@@ -102,6 +93,6 @@ def endpoint_rows(
             token_ids=token_ids,
             api_key=api_key,
         )
-        trajs = run_tasks(tasks, data_dir, policy_for, workers=workers, budgets=eval_budgets(cfg))
+        trajs = run_tasks(tasks, data_dir, policy_for, workers=workers, budgets=cfg.budgets())
         rows += [episode_row(tr, t.suite, seed) for tr, t in zip(trajs, tasks, strict=True)]
     return rows

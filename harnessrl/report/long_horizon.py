@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, get_args
 
-from harnessrl.harness.context import ContextConfig
-from harnessrl.harness.episode import Budgets, StopReason, Trajectory
+from harnessrl.config import Budgets, ContextConfig
+from harnessrl.harness.episode import StopReason, Trajectory
 from harnessrl.report.metrics import episode_row
 from harnessrl.report.stats import bootstrap_ratio, wilson
 from harnessrl.tasks.task import Task

@@ -234,15 +234,12 @@ class HackMonitor:
     def should_stop(self) -> bool:
         return self.cfg.stop_on_alarm and bool(self.incidents)
 
-    def update(
-        self,
-        step: int,
-        trajectories: Sequence[Trajectory],
-        components: Sequence[Mapping[str, float]],
-        questions_needed: Sequence[int],
+    def check(
+        self, step: int, trajectories: Sequence[Trajectory], questions_needed: Sequence[int]
     ) -> tuple[dict[str, float], list[dict]]:
-        if len(components) != len(trajectories):
-            raise ValueError(f"{len(trajectories)} trajectories but {len(components)} reward component dicts")
+        """One step's rates, and the incidents they raise. Each trajectory's reward components are the
+        ones its scoring stored on it."""
+        components = [t.reward_components for t in trajectories]
         scores = _scores(trajectories, questions_needed)
         rates = {f"hack/{k}": rate for k, (rate, _) in scores.items()}
         armed = step >= self.cfg.warmup_steps

@@ -9,7 +9,7 @@ Three kinds of process:
 - `EnvWorker` (threaded actor): runs whole groups of sandboxed episodes in the harness. The episodes
   of a group run in lockstep (rollouts.run_group), so each turn of the whole group is one remote
   `generate` call; many groups run at once, each in its own actor thread.
-- the trainer: the stage process itself (the DeepSpeed engine in loop.py), the Ray driver.
+- the trainer: the stage process itself (trainer.py), the Ray driver, or its rank group on Ray.
 
 `RayRollouts` is the rollout source the RL loop takes (rollouts.RolloutSource, as LocalRollouts): it
 dispatches a group as soon as it is submitted, hands groups back as they complete, and broadcasts the
@@ -34,14 +34,13 @@ import ray
 import torch
 from torch import nn
 
-from harnessrl.config import EngineConfig, RLConfig
+from harnessrl.config import Budgets, EngineConfig, RLConfig
 from harnessrl.engines.hf import Completion
 from harnessrl.engines.weights import weights_blob
-from harnessrl.harness.episode import Budgets, Trajectory
+from harnessrl.harness.episode import BASE_UID, Trajectory
 from harnessrl.model.prompts import PromptRenderer
 from harnessrl.rl.rollouts import Rollout, run_group
-from harnessrl.tasks import Task
-from harnessrl.tasks.run import BASE_UID
+from harnessrl.tasks.task import Task
 
 UID_LIMIT = 65534  # `nobody`: the sandbox uids of concurrent episodes stay below it, one per episode
 # Ray puts unix sockets under its temp dir (<dir>/session_<date>_<time>_<pid>/sockets/plasma_store, 65
@@ -250,8 +249,7 @@ class RayRollouts:
 
     def submit(self, task: Task, seed: int) -> None:
         w = min(range(len(self.env_workers)), key=self._busy.__getitem__)
-        group_seed = seed * 7_919 + self._submitted  # distinct per group, also for one task twice
-        ref = self.env_workers[w].run_group.remote(task.model_dump(mode="json"), self.cfg.group_size, group_seed)
+        ref = self.env_workers[w].run_group.remote(task.model_dump(mode="json"), self.cfg.group_size, seed)
         self._pending[ref] = (task, w)
         self._busy[w] += 1
         self._submitted += 1

@@ -1,19 +1,22 @@
-"""Group-relative policy gradients over whole harness episodes, on the DeepSpeed engine.
+"""Group-relative policy gradients over whole harness episodes: the RL loop.
 
-`train_rl` reads in step order, as torchforge's GRPO app does:
+`train_rl` reads in step order, as torchforge's GRPO app does. One trajectory's path, task to loss:
 
-    collect  groups of sandboxed episodes from the rollout source (harnessrl/rl/rollouts.py),
-             dropping any older than `max_staleness` policy versions; with `refill_groups`, more
-             groups while too few differ in reward (DAPO's dynamic sampling); with `curriculum:
-             pass_rate`, prompts drawn by their running success rate (POLARIS)
-    score    the shaped reward of every trajectory, then group-relative advantages
-    update   `minibatches` clipped, importance-corrected policy-gradient steps on exactly the token
-             ids the policy generated, against exactly the prompt ids it saw (objective.py), on this
-             process's DeepSpeed engine or on `trainer_world_size` ranks (trainer_group.py)
-    publish  the new weights to the rollout engines
-    log      one metrics row; the hack monitors read it, and an alarm writes an incident
-    save     every `checkpoint_every` steps the whole state (weights, optimizer, task sampler), so a
-             killed run resumes losing at most the steps since
+    draw      a batch of tasks (`Collector.draw`; with `curriculum: pass_rate`, by their running
+              success rate, as POLARIS does)
+    roll out  each task as a group of sandboxed episodes on the rollout source (rollouts.py: the
+              harness's run_task, its turns sampled in one batch per turn), dropping groups older than
+              `max_staleness` policy versions; with `refill_groups`, more groups while too few differ
+              in reward (DAPO's dynamic sampling)
+    score     the shaped reward of every episode, once, as it arrives: stored on its trajectory, where
+              the advantages, the metrics and the hack monitors read it; then group-relative advantages
+    update    every sampled turn becomes a sample (the exact prompt ids it saw, the ids it generated,
+              their behaviour logprobs, the trajectory's advantage) and the trainer takes one
+              clipped, importance-corrected policy-gradient step on them (trainer.py)
+    publish   the new weights to the rollout engines
+    log       one metrics row; the hack monitors read the trajectories, and an alarm writes an incident
+    save      every `checkpoint_every` steps the whole state (weights, optimizer, task sampler), so a
+              killed run resumes losing at most the steps since
 
 A long episode is several context segments (a summary ends each: harnessrl/harness/context.py).
 Every sampled turn of every segment, summaries included, is a training sample on its own segment's
@@ -34,39 +37,101 @@ from typing import get_args
 import torch
 from torch import nn
 
-from harnessrl.config import RewardConfig, RLConfig, TrainConfig
+from harnessrl.config import RewardConfig, RLConfig
 from harnessrl.harness.episode import OVERLONG, StopReason, Trajectory
 from harnessrl.metrics import MetricsWriter, read_metrics, restore, snapshot
 from harnessrl.rewards.monitors import HackAlarm, HackMonitor
-from harnessrl.rewards.shaped import reward_components, total
-from harnessrl.rl.objective import Sample, completion_logprobs, group_advantages, pg_loss
 from harnessrl.rl.rollouts import Rollout, RolloutSource
-from harnessrl.tasks import Task
-from harnessrl.train.engine import build_engine, load_state, optimizer_step, save_state
+from harnessrl.rl.trainer import Sample, Trainer, Update
+from harnessrl.tasks.task import Task
 
 
-def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
-    """Each sampled turn of a trajectory, summaries included: the exact prompt ids the engine was
-    given, the ids it generated and their behaviour logprobs. Nothing is rendered again, so what is
-    trained is what was sampled, under any chat template."""
-    return [
-        Sample(prompt, turn.token_ids, turn.logprobs, advantage)
-        for turn, prompt in zip(traj.turns, traj.prompts(), strict=True)
-        if turn.token_ids and prompt is not None and turn.logprobs is not None
-    ]
+def train_rl(
+    model: nn.Module,
+    tasks: list[Task],
+    cfg: RLConfig,
+    reward: RewardConfig,
+    out: Path,
+    tag: str,
+    seed: int,
+    rollouts: RolloutSource,
+    trainer: Trainer,
+    state_dir: Path | None = None,
+) -> dict:
+    """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
+    `rollouts` is where episodes come from and `trainer` what updates `model`; their creator closes
+    both. Returns the last step's metrics."""
+    rng = random.Random(seed)
+    start, extra = trainer.load(state_dir) if state_dir else (0, {})
+    metrics_path = out / "metrics.jsonl"
+    if start:  # keep the metrics and incidents of the steps the saved state holds
+        print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
+        rng.setstate(_as_rng_state(extra["rng"]))
+        for name in ("metrics.jsonl", "incidents.jsonl"):
+            restore(state_dir / name, out / name, start)
+    monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
+    rollouts.publish(start, model)
+    collector = Collector(rollouts, tasks, cfg, reward, rng, seed, extra.get("groups", 0), extra.get("pass_rates"))
+    last: dict = read_metrics(metrics_path)[-1] if start else {}
+    interrupts = rollouts.interrupts()
+    with MetricsWriter(metrics_path) as log:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            groups, dropped, refilled = collector.collect_informative(step)
+            scored = score(groups, cfg)
+            collector.observe(groups)
+            t_roll = time.perf_counter() - t0
+
+            samples = [
+                s
+                for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
+                if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
+                for s in turn_samples(r.trajectory, a)
+            ]
+            stats = trainer.update(samples)
+            rollouts.publish(step + 1, model)
+
+            hack, incidents = monitor.check(
+                step + 1, scored.trajectories, [questions_needed(r) for r in scored.rollouts]
+            )
+            now = rollouts.interrupts()
+            last = step_metrics(step, scored, stats, dropped, refilled, now - interrupts, t_roll,
+                                time.perf_counter() - t0) | hack  # fmt: skip
+            interrupts = now
+            log.write(last)
+            print(
+                f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
+                f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
+                f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
+                flush=True,
+            )
+            for inc in incidents:
+                print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
+            if monitor.should_stop:
+                raise HackAlarm(monitor.incidents[-1])
+            if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                for name in ("metrics.jsonl", "incidents.jsonl"):
+                    snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
+                trainer.save(state_dir, step + 1, {"rng": rng.getstate(), "groups": collector.groups,
+                                                   "pass_rates": collector.pass_rates})  # fmt: skip
+    return last
+
+
+# ----------------------------------------------------------------------------- draw and roll out
 
 
 class Collector:
-    """Keeps groups in flight on the rollout source and hands back one step's worth at a time.
+    """Keeps groups in flight on the rollout source and hands back one step's worth at a time, each
+    episode scored as it arrives.
 
     Sync keeps one step's groups in flight; async keeps enough that generation never waits for the
     trainer, and no more than the staleness bound lets the trainer use. Groups older than
     `max_staleness` versions are dropped and counted: the bound is a promise, not a hint."""
 
-    def __init__(self, rollouts: RolloutSource, tasks: list[Task], cfg: RLConfig, rng: random.Random, seed: int,
-                 batches: int, pass_rates: dict[str, float] | None = None) -> None:  # fmt: skip
-        self.rollouts, self.tasks, self.cfg, self.rng, self.seed = rollouts, tasks, cfg, rng, seed
-        self.batches = batches  # task draws so far: part of the resumable state
+    def __init__(self, rollouts: RolloutSource, tasks: list[Task], cfg: RLConfig, reward: RewardConfig,
+                 rng: random.Random, seed: int, groups: int = 0, pass_rates: dict[str, float] | None = None) -> None:  # fmt: skip
+        self.rollouts, self.tasks, self.cfg, self.reward, self.rng, self.seed = rollouts, tasks, cfg, reward, rng, seed
+        self.groups = groups  # groups submitted so far, which numbers each group's seed: resumable state
         self.pass_rates = dict(pass_rates or {})  # task id -> running success rate: resumable state too
         self.target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
         self.in_flight = 0
@@ -80,16 +145,36 @@ class Collector:
         while len(groups) < want:
             while self.in_flight < self.target:
                 for task in self.draw():
-                    self.rollouts.submit(task, self.seed * 10_007 + self.batches)
+                    # The one place a group's seed is made: distinct per group, also for one task twice.
+                    self.rollouts.submit(task, self.seed * 10_007 + self.groups)
+                    self.groups += 1
                     self.in_flight += 1
-                self.batches += 1
             for g in self.rollouts.ready(want - len(groups)):
                 self.in_flight -= 1
                 if step - min(r.version for r in g) > self.cfg.max_staleness:
                     dropped += 1
-                else:
-                    groups.append(g)
+                    continue
+                for r in g:
+                    r.trajectory.reward_components = reward_components(r.trajectory, self.reward, questions_needed(r))
+                groups.append(g)
         return groups, dropped
+
+    def collect_informative(self, step: int) -> tuple[list[list[Rollout]], int, int]:
+        """One step's groups, the stale ones dropped, and the extra groups drawn (DAPO's dynamic sampling).
+
+        While fewer than `prompts_per_step` groups differ in reward, up to `refill_groups` more are
+        drawn. Uniform groups stay in the batch: their advantages are zero, so they add no gradient and
+        no normalizer (the trainer trains only nonzero advantages), and the step's metrics see every
+        episode."""
+        groups, dropped = self.collect(step)
+        extra = 0
+        while (missing := self.cfg.prompts_per_step - sum(not uniform(g) for g in groups)) > 0:
+            take = min(missing, self.cfg.refill_groups - extra)
+            if take <= 0:
+                break
+            more, more_dropped = self.collect(step, take)
+            groups, dropped, extra = groups + more, dropped + more_dropped, extra + take
+        return groups, dropped, extra
 
     def draw(self) -> list[Task]:
         """One batch of distinct prompts. `pass_rate` weighs each by p(1-p) of its running success
@@ -117,42 +202,72 @@ def learnable(p: float) -> float:
     return p * (1 - p) + 0.01
 
 
-def uniform(group: list[Rollout], reward: RewardConfig) -> bool:
+# ----------------------------------------------------------------------------- score
+
+
+def reward_components(traj: Trajectory, w: RewardConfig, questions_needed: int = 0) -> dict[str, float]:
+    """A trajectory's reward as named, weighted components, each logged.
+
+    outcome     the task's checker (run code or compare state)
+    malformed   per malformed turn: an explicit negative, never a dropped sample (Composer's lesson:
+                dropping them taught the policy to emit broken calls on hard tasks)
+    turns       per turn: fewer needless turns
+    tokens      per 1k generated tokens: sensible length
+    parallel    per turn whose calls ran in parallel; calls in one turn are independent by the protocol
+    clarify     per clarifying question beyond what the task needs (the other reported hack)
+    summary_tokens  per 1k tokens of the policy's own summaries: a summary should carry what the
+                task needs, not restate everything (long-horizon RL)
+    overlong    per episode that ran out of a budget (turns, tokens, context, summaries) instead of
+                answering: an explicit negative, where SUPO's masking (`overlong_mask`) gives none
+
+    Efficiency (turns, tokens, parallel, summary_tokens) is a property of a solution, so it counts only
+    when the task was solved. Charged on failures too, it pays the policy to give up: a one-turn guess
+    would beat a search that missed, and in a group that all failed, GRPO's normalization turns that
+    small gap into a full advantage for guessing."""
+    c, solved = traj.counts, float(bool(traj.outcome.success))
+    return {
+        "outcome": w.outcome * solved,
+        "malformed": w.malformed * c.malformed_turns,
+        "turns": w.turns * c.turns * solved,
+        "tokens": w.tokens * c.tokens / 1000 * solved,
+        "parallel": w.parallel * c.parallel_turns * solved,
+        "clarify": w.clarify * max(0, c.ask_user - questions_needed),
+        "summary_tokens": w.summary_tokens * c.summary_tokens / 1000 * solved,
+        "overlong": w.overlong * (traj.outcome.stop_reason in OVERLONG),
+    }
+
+
+def questions_needed(r: Rollout) -> int:
+    """Clarifying questions the task needs: one where it has a user to answer it."""
+    return int(r.task.user is not None)
+
+
+def reward(traj: Trajectory) -> float:
+    """An episode's reward: the sum of the components its scoring stored on it."""
+    return sum(traj.reward_components.values())
+
+
+def uniform(group: list[Rollout]) -> bool:
     """Whether every episode of a group got the same reward: its advantages are all zero, so it
     teaches nothing. At success rate p a group of G is uniform with chance p^G + (1-p)^G."""
-    return len({total(components(r, reward)) for r in group}) == 1
+    return len({reward(r.trajectory) for r in group}) == 1
 
 
-def components(r: Rollout, reward: RewardConfig) -> dict[str, float]:
-    """An episode's shaped reward, by component (harnessrl/rewards/shaped.py)."""
-    return reward_components(r.trajectory, reward, int(r.task.user is not None))
-
-
-def collect_informative(
-    collector: Collector, step: int, reward: RewardConfig, cfg: RLConfig
-) -> tuple[list[list[Rollout]], int, int]:
-    """One step's groups, the stale ones dropped, and the extra groups drawn (DAPO's dynamic sampling).
-
-    While fewer than `prompts_per_step` groups differ in reward, up to `refill_groups` more are drawn.
-    Uniform groups stay in the batch: their advantages are zero, so they add no gradient and no
-    normalizer (update() trains only nonzero advantages), and the step's metrics see every episode."""
-    groups, dropped = collector.collect(step)
-    extra = 0
-    while (missing := cfg.prompts_per_step - sum(not uniform(g, reward) for g in groups)) > 0:
-        take = min(missing, cfg.refill_groups - extra)
-        if take <= 0:
-            break
-        more, more_dropped = collector.collect(step, take)
-        groups, dropped, extra = groups + more, dropped + more_dropped, extra + take
-    return groups, dropped, extra
+def group_advantages(rewards: torch.Tensor, group_size: int, normalization: str = "grpo") -> torch.Tensor:
+    """r minus its group's mean, for rewards laid out group by group. GRPO also divides by the group's
+    std; Dr.GRPO does not, since that division up-weights groups whose rewards barely differ."""
+    g = rewards.view(-1, group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if normalization == "grpo":
+        centred = centred / (g.std(dim=1, keepdim=True) + 1e-4)
+    return centred.view(-1)
 
 
 @dataclass
 class Scored:
-    """One step's episodes with their reward components, rewards and advantages."""
+    """One step's episodes with their rewards and advantages."""
 
     rollouts: list[Rollout]
-    components: list[dict[str, float]]
     rewards: torch.Tensor
     advantages: torch.Tensor
     masked: int  # overlong episodes whose gradient was zeroed
@@ -163,221 +278,32 @@ class Scored:
         return [r.trajectory for r in self.rollouts]
 
 
-def score(groups: list[list[Rollout]], reward: RewardConfig, cfg: RLConfig) -> Scored:
-    """Shaped rewards, then advantages within each group. Overlong masking zeroes an advantage after
-    the group's baseline is taken, so the episode still counts towards what its group expected."""
+def score(groups: list[list[Rollout]], cfg: RLConfig) -> Scored:
+    """Advantages within each group, from the rewards stored on the trajectories. Overlong masking
+    zeroes an advantage after the group's baseline is taken, so the episode still counts towards what
+    its group expected."""
     rollouts = [r for g in groups for r in g]
-    comps = [components(r, reward) for r in rollouts]
-    rewards = torch.tensor([total(c) for c in comps])
+    rewards = torch.tensor([reward(r.trajectory) for r in rollouts])
     adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
     overlong = torch.tensor([r.trajectory.outcome.stop_reason in OVERLONG for r in rollouts])
     masked = int(overlong.sum()) if cfg.overlong_mask else 0
     if masked:
         adv = adv.masked_fill(overlong, 0.0)
-    return Scored(rollouts, comps, rewards, adv, masked, sum(uniform(g, reward) for g in groups) / len(groups))
+    return Scored(rollouts, rewards, adv, masked, sum(uniform(g) for g in groups) / len(groups))
 
 
-def trainer_config(cfg: RLConfig, context: int) -> TrainConfig:
-    """The RL trainer is the supervised stages' DeepSpeed engine: one optimizer step per mini-batch."""
-    return TrainConfig(
-        steps=cfg.steps * cfg.minibatches,
-        micro_batch_size=1,
-        seq_len=context,
-        lr=cfg.lr,
-        schedule="constant",
-        grad_clip=cfg.grad_clip,
-        zero_stage=cfg.zero_stage,
-    )
+# ----------------------------------------------------------------------------- update and log
 
 
-@dataclass
-class Update:
-    """What one step's updates measured."""
-
-    grad_norm: float = 0.0  # the largest over the step's mini-batches, before clipping
-    tokens: int = 0
-    clipped: int = 0
-    tis_truncated: int = 0
-    tis_weight_sum: float = 0.0
-    kl_sum: float = 0.0
-    entropy_sum: float = 0.0  # the current policy's token entropy over the trained tokens, nats
-
-    @classmethod
-    def combine(cls, parts: list[Update]) -> Update:
-        """The step's measures from its trainer ranks' shares: sums, and the one global grad norm."""
-        total = cls(grad_norm=max(p.grad_norm for p in parts))
-        for name in ("tokens", "clipped", "tis_truncated", "tis_weight_sum", "kl_sum", "entropy_sum"):
-            setattr(total, name, sum(getattr(p, name) for p in parts))
-        return total
-
-
-def update(engine, model: nn.Module, reference: nn.Module | None, samples: list[Sample], cfg: RLConfig, pad: int,
-           rank: int = 0, world: int = 1) -> Update:  # fmt: skip
-    """`cfg.minibatches` optimizer steps over this step's samples (see objective.py for the loss).
-
-    On `world` data-parallel ranks each mini-batch is split across them, every rank taking `rank::world`
-    of it. Each normalizes by the whole mini-batch's tokens and scales by `world`, and DeepSpeed
-    averages the ranks' gradients, so the update equals one rank's over the whole mini-batch."""
-    stats = Update()
-    if not samples:
-        return stats
-    chunks = [list(range(len(samples)))[k :: cfg.minibatches] for k in range(cfg.minibatches)]
-    mine = [i for c in chunks for i in c[rank::world]]
-    with torch.no_grad():
-        # With one mini-batch the weights at the start of the step are the weights being updated, so
-        # the proximal logprobs are the current ones, detached: no extra forward.
-        part = [samples[i] for i in mine]
-        proximal: dict[int, torch.Tensor] = {}
-        if cfg.minibatches > 1:
-            proximal = dict(zip(mine, completion_logprobs(model, part, pad, cfg.temperature), strict=True))
-        ref: dict[int, torch.Tensor] = {}
-        if reference is not None:
-            ref = dict(zip(mine, completion_logprobs(reference, part, pad, cfg.temperature), strict=True))
-    for chunk in (c for c in chunks if c):
-        idx = chunk[rank::world]
-        entropy: list[float] = []
-        current = completion_logprobs(engine, [samples[i] for i in idx], pad, cfg.temperature, entropy=entropy)
-        terms = [
-            pg_loss(
-                cur,
-                proximal.get(i, cur.detach()),
-                torch.tensor(samples[i].behaviour),
-                samples[i].advantage,
-                cfg.clip_low,
-                cfg.clip_high,
-                cfg.tis_cap,
-                ref.get(i),
-                cfg.kl_coef,
-            )
-            for cur, i in zip(current, idx, strict=True)
-        ]
-        # GRPO (DAPO's token-level form): the mean over the mini-batch's tokens. Dr.GRPO: a constant,
-        # so a long answer's tokens weigh as much as a short one's and length carries no hidden bias.
-        norm = len(chunk) * cfg.max_new_tokens
-        if cfg.normalization == "grpo":
-            norm = sum(len(samples[i].completion) for i in chunk)
-        if terms:
-            loss = sum(t.loss for t in terms)
-        else:  # no share of this mini-batch: join the all-reduce with zeros, through a real forward so that
-            # the gradient hooks fire in the model's own order (ZeRO-2 fills its buckets in that order)
-            loss = completion_logprobs(engine, [samples[chunk[0]]], pad, cfg.temperature)[0].sum() * 0.0
-        engine.backward(loss * world / norm)
-        stats.grad_norm = max(stats.grad_norm, optimizer_step(engine, model))
-        stats.tokens += sum(t.tokens for t in terms)
-        stats.clipped += sum(t.clipped for t in terms)
-        stats.tis_truncated += sum(t.tis_truncated for t in terms)
-        stats.tis_weight_sum += sum(t.tis_weight_sum for t in terms)
-        stats.kl_sum += sum(t.kl_sum for t in terms)
-        stats.entropy_sum += sum(entropy)
-    return stats
-
-
-class LocalTrainer:
-    """The RL trainer in this process: the DeepSpeed engine over the policy model itself. As rank
-    `rank` of `world` (trainer_group.py) it trains on its share of every mini-batch."""
-
-    def __init__(self, model: nn.Module, reference: nn.Module | None, cfg: RLConfig, pad: int, rank: int = 0,
-                 world: int = 1) -> None:  # fmt: skip
-        from harnessrl.train import distributed
-
-        distributed.setup()
-        self.model, self.reference, self.cfg, self.pad, self.rank, self.world = model, reference, cfg, pad, rank, world
-        self.engine = build_engine(model, trainer_config(cfg, model.config.max_position_embeddings))
-
-    def update(self, samples: list[Sample]) -> Update:
-        self.model.train()
-        stats = update(self.engine, self.model, self.reference, samples, self.cfg, self.pad, self.rank, self.world)
-        self.model.eval()
-        return stats
-
-    def save(self, state_dir: Path, step: int, extra: dict) -> None:
-        save_state(self.engine, state_dir, step, extra)
-
-    def load(self, state_dir: Path) -> tuple[int, dict]:
-        return load_state(self.engine, state_dir)
-
-    def close(self) -> None:
-        pass
-
-
-def train_rl(
-    model: nn.Module,
-    tok,
-    tasks: list[Task],
-    cfg: RLConfig,
-    reward: RewardConfig,
-    out: Path,
-    tag: str,
-    seed: int,
-    rollouts: RolloutSource,
-    state_dir: Path | None = None,
-    reference: nn.Module | None = None,
-) -> dict:
-    """Train `model` in place; metrics go to out/metrics.jsonl, hack incidents to out/incidents.jsonl.
-    `rollouts` is where episodes come from (its creator closes it)."""
-    if cfg.trainer_world_size > 1:  # DeepSpeed ranks as a Ray actor group; `model` mirrors rank 0's weights
-        from harnessrl.rl.trainer_group import TrainerGroup
-
-        trainer = TrainerGroup(model, reference, cfg, tok.pad_token_id, seed)
-    else:
-        trainer = LocalTrainer(model, reference, cfg, tok.pad_token_id)
-    try:
-        rng = random.Random(seed)
-        start, extra = trainer.load(state_dir) if state_dir else (0, {})
-        metrics_path = out / "metrics.jsonl"
-        if start:  # keep the metrics and incidents of the steps the saved state holds
-            print(f"[{tag}] resumed at step {start}/{cfg.steps} from {state_dir}", flush=True)
-            rng.setstate(_as_rng_state(extra["rng"]))
-            for name in ("metrics.jsonl", "incidents.jsonl"):
-                restore(state_dir / name, out / name, start)
-        monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
-        rollouts.publish(start, model)
-        collector = Collector(rollouts, tasks, cfg, rng, seed, extra.get("batches", start), extra.get("pass_rates"))
-        last: dict = read_metrics(metrics_path)[-1] if start else {}
-        interrupts = rollouts.interrupts()
-        with MetricsWriter(metrics_path) as log:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                groups, dropped, refilled = collect_informative(collector, step, reward, cfg)
-                scored = score(groups, reward, cfg)
-                collector.observe(groups)
-                t_roll = time.perf_counter() - t0
-
-                samples = [
-                    s
-                    for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
-                    if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                    for s in turn_samples(r.trajectory, a)
-                ]
-                stats = trainer.update(samples)
-                rollouts.publish(step + 1, model)
-
-                hack, incidents = monitor.update(step + 1, scored.trajectories, scored.components,
-                                                 [int(r.task.user is not None) for r in scored.rollouts])  # fmt: skip
-                now = rollouts.interrupts()
-                last = step_metrics(step, scored, stats, dropped, refilled, now - interrupts, t_roll,
-                                    time.perf_counter() - t0)  # fmt: skip
-                last |= hack
-                interrupts = now
-                log.write(last)
-                print(
-                    f"[{tag}] step {step + 1}/{cfg.steps} reward {last['reward']:.3f} success {last['success']:.2f} "
-                    f"malformed {last['malformed']:.2f} turns {last['turns']:.1f} staleness {last['staleness']:.2f} "
-                    f"{last['episodes_per_s']:.1f} episodes/s {last['tokens_per_s']:,.0f} tok/s",
-                    flush=True,
-                )
-                for inc in incidents:
-                    print(f"[{tag}] hack alarm: {inc['message']}", flush=True)
-                if monitor.should_stop:
-                    raise HackAlarm(monitor.incidents[-1])
-                if state_dir and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                    for name in ("metrics.jsonl", "incidents.jsonl"):
-                        snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
-                    trainer.save(state_dir, step + 1, {"rng": rng.getstate(), "batches": collector.batches,
-                                                       "pass_rates": collector.pass_rates})  # fmt: skip
-        return last
-    finally:
-        trainer.close()
+def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
+    """Each sampled turn of a trajectory, summaries included: the exact prompt ids the engine was
+    given, the ids it generated and their behaviour logprobs. Nothing is rendered again, so what is
+    trained is what was sampled, under any chat template."""
+    return [
+        Sample(prompt, turn.token_ids, turn.logprobs, advantage)
+        for turn, prompt in zip(traj.turns, traj.prompts(), strict=True)
+        if turn.token_ids and prompt is not None and turn.logprobs is not None
+    ]
 
 
 def step_metrics(
@@ -416,7 +342,7 @@ def step_metrics(
         "overlong": sum(s in OVERLONG for s in stops) / n,
         "overlong_masked": scored.masked,
         **{f"ended/{reason}": stops.count(reason) / n for reason in get_args(StopReason)},
-        **{f"reward/{k}": sum(c[k] for c in scored.components) / n for k in scored.components[0]},
+        **{f"reward/{k}": sum(t.reward_components[k] for t in trajs) / n for k in trajs[0].reward_components},
         "grad_norm": stats.grad_norm,
         "clip_frac": stats.clipped / max(1, stats.tokens),
         "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),

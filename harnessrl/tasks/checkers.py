@@ -16,13 +16,16 @@ import base64
 import os
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harnessrl.harness.episode import Checker
 from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits
 from harnessrl.harness.tools.terminal import PYTHON, summarize_pytest
 from harnessrl.tasks.task import Task
+
+# (workspace, final answer or None) -> (success, details). Raising counts as failure.
+Checker = Callable[[Path, str | None], tuple[bool, dict[str, Any]]]
 
 WORKSPACE_IMPORTS = """\
 import importlib

@@ -17,10 +17,10 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
+from harnessrl.config import Budgets
 from harnessrl.harness.context import SUMMARIZE_REQUEST
-from harnessrl.harness.episode import AssistantTurn, Budgets, Trajectory
+from harnessrl.harness.episode import AssistantTurn, Trajectory, run_tasks
 from harnessrl.harness.protocol import render_calls
-from harnessrl.tasks.run import run_tasks
 from harnessrl.tasks.task import Task
 
 Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
@@ -217,7 +217,7 @@ def expert_trajectories(
     """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script,
     those in `verbose` verbose summaries where `budgets` has it summarize."""
     policy_for = lambda t: Expert(t, guess_answer=t.id in guessed, verbose_summary=t.id in verbose)
-    return run_tasks(tasks, suite_dir, policy_for, workers=workers, budgets=budgets, on_done=on_done)
+    return run_tasks(tasks, suite_dir, policy_for, budgets or Budgets(), workers=workers, on_done=on_done)
 
 
 def success_rates(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -6,21 +6,33 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from harnessrl.harness.sandbox import SANDBOX_ROOT, CommandResult, Sandbox
 
-if TYPE_CHECKING:
-    from harnessrl.harness.tools.search import Retriever
-
 
 class ToolError(Exception):
     """An error the model caused and should read (bad path, no match, ...). Its text goes back as
     the tool response; the episode goes on."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str  # relative to the workspace
+    start_line: int  # 1-based, inclusive
+    end_line: int
+    score: float
+    snippet: str
+
+
+class Retriever(Protocol):
+    """A search backend (search.BM25Index by default): the `search` tool asks it for the k best hits."""
+
+    def search(self, query: str, k: int) -> list[Hit]: ...
 
 
 @dataclass
@@ -33,7 +45,6 @@ class ToolContext:
     ask_user: Callable[[str], str] | None = None  # the task's simulated user
     retriever: Retriever | None = None  # search backend; built lazily (BM25) when None
     deadline: float | None = None  # time.monotonic() at which the episode's wall clock runs out
-    extra: dict[str, Any] = field(default_factory=dict)  # task-specific state for custom tools
 
 
 @dataclass(frozen=True)

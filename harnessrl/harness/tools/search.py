@@ -13,11 +13,10 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.harness.tools.base import Tool, ToolContext, ToolError, truncate
+from harnessrl.harness.tools.base import Hit, Tool, ToolContext, ToolError, truncate
 from harnessrl.harness.tools.files import SKIP_DIRS
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
@@ -35,19 +34,6 @@ def tokenize(text: str) -> list[str]:
         if len(parts) > 1:
             out.extend(parts)
     return out
-
-
-@dataclass(frozen=True)
-class Hit:
-    path: str  # relative to the workspace
-    start_line: int  # 1-based, inclusive
-    end_line: int
-    score: float
-    snippet: str
-
-
-class Retriever(Protocol):
-    def search(self, query: str, k: int) -> list[Hit]: ...
 
 
 @dataclass
