@@ -17,6 +17,7 @@ from harnessrl.engines.hf import generate
 from harnessrl.metrics import read_metrics
 from harnessrl.model.checkpoint import build_from_arch, load
 from harnessrl.stage import run_stage
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE, needs_bwrap
 
 ray = pytest.importorskip("ray")
@@ -26,7 +27,7 @@ from harnessrl.rl.fleet import RolloutWorker  # noqa: E402
 
 def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> list[dict]:
     cfg = compose([*SMOKE, "stages.rl.monitors.warmup_steps=0", *overrides])
-    run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
+    run_stage("rl", work, json.dumps(stage_slice(cfg, "rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
               str(out))  # fmt: skip
     return read_metrics(out / "metrics.jsonl")
 
@@ -170,7 +171,7 @@ def test_long_horizon_trains_through_its_summaries_in_either_mode(
           "stages.long_horizon.monitors.warmup_steps=100"]  # fmt: skip
     cfg = compose([*SMOKE, *lh])
     out = tmp_path / "lh"
-    run_stage("long_horizon", lh_work, json.dumps(cfg.stage_slice("long_horizon")), str(tiny_base["data"]), "md5",
+    run_stage("long_horizon", lh_work, json.dumps(stage_slice(cfg, "long_horizon")), str(tiny_base["data"]), "md5",
               str(tiny_base["base"]), str(out))  # fmt: skip
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]

@@ -14,6 +14,7 @@ from harnessrl.model.checkpoint import load
 from harnessrl.stage import run_stage
 from harnessrl.train import distributed
 from harnessrl.train.loop import Run, packed_batches, train
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE
 
 # fp32, ZeRO-0, seed 0, the smoke recipe's base model and corpus: DeepSpeed's fp32 losses equal a
@@ -25,9 +26,8 @@ def cpt_stage(tiny_base: dict, out: Path, *overrides: str) -> dict:
     from components.cpt import work
 
     cfg = compose([*SMOKE, *overrides])
-    run_stage(
-        "cpt", work, json.dumps(cfg.stage_slice("cpt")), str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out)
-    )
+    slice_ = json.dumps(stage_slice(cfg, "cpt"))
+    run_stage("cpt", work, slice_, str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out))
     return {"cfg": cfg, "metrics": read_metrics(out / "metrics.jsonl")}
 
 
@@ -181,7 +181,7 @@ def test_sft_trains_only_assistant_tokens(tiny_base: dict, tmp_path: Path) -> No
     run_stage(
         "sft",
         work,
-        json.dumps(cfg.stage_slice("sft")),
+        json.dumps(stage_slice(cfg, "sft")),
         str(tiny_base["data"]),
         "md5",
         str(tiny_base["base"]),
@@ -243,7 +243,7 @@ def test_two_nodes_at_a_c10d_rendezvous_equal_one_node_with_two_ranks(
 
     out = tmp_path / "two-nodes"
     out.mkdir()
-    cfg = compose([*SMOKE, *overrides]).stage_slice("cpt")
+    cfg = stage_slice(compose([*SMOKE, *overrides]), "cpt")
     ctx = StageContext(cfg=cfg, parent=tiny_base["base"], out=out, data_dir=tiny_base["data"], state_dir=None)
     spec, result = write_spec("components.cpt:train_job", ctx)
     endpoint = f"127.0.0.1:{distributed.free_port()}"

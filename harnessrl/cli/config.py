@@ -9,6 +9,7 @@ import yaml
 
 from harnessrl.cli.common import add_overrides
 from harnessrl.config import Config, compose
+from pipelines.routing import enabled_stages
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,5 +28,5 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.config_command == "show":
         print(yaml.safe_dump(cfg.model_dump(), sort_keys=False), end="")
     else:
-        print(f"ok: recipe {cfg.name}, stages {' → '.join(cfg.enabled_stages())}")
+        print(f"ok: recipe {cfg.name}, stages {' → '.join(enabled_stages(cfg))}")
     return 0

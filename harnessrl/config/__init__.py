@@ -1,0 +1,90 @@
+"""Typed config: the Hydra tree in conf/ composes, these pydantic models validate.
+
+Every field of a recipe is declared here, once. Hydra gives composition and overrides; pydantic gives
+types, ranges and `extra="forbid"`, so a typo is an error, never a silent no-op.
+
+- base.py: what every model shares (`Strict`), and `config_hash`;
+- stages.py: the chain's stages (STAGES, CPT/SFT, RL, long-horizon RL, eval and its gates);
+- models.py: the model, the data, the rewards, the engine, real-time RL;
+- infra.py: where stages run (Kubernetes, TrainJob, RayJob) and the artifact store;
+- recipe.py: `Config`, the whole recipe, and the checks that span its parts;
+- compose.py: `compose` (conf/ with Hydra overrides, validated) and `ConfigError`, one line each.
+
+Which stage gets which part of the recipe, and where it runs, is the pipeline's: pipelines/routing.py.
+"""
+
+from harnessrl.config.base import Strict, config_hash
+from harnessrl.config.compose import CONF_DIR, ConfigError, compose, validate
+from harnessrl.config.infra import (
+    InfraConfig,
+    PVCConfig,
+    RayGroup,
+    RayJobConfig,
+    SecretEnv,
+    StageResources,
+    StoreConfig,
+    Toleration,
+    TrainJobConfig,
+)
+from harnessrl.config.models import (
+    ArchConfig,
+    DataConfig,
+    EngineConfig,
+    LiveConfig,
+    LiveMonitorConfig,
+    LiveRewardConfig,
+    LongHorizonDataConfig,
+    ModelConfig,
+    RewardConfig,
+)
+from harnessrl.config.recipe import Config
+from harnessrl.config.stages import (
+    EVAL_METRICS,
+    STAGES,
+    EvalConfig,
+    GateConfig,
+    LongHorizonConfig,
+    MonitorConfig,
+    Placement,
+    RLConfig,
+    StagesConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "CONF_DIR",
+    "EVAL_METRICS",
+    "STAGES",
+    "ArchConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EngineConfig",
+    "EvalConfig",
+    "GateConfig",
+    "InfraConfig",
+    "LiveConfig",
+    "LiveMonitorConfig",
+    "LiveRewardConfig",
+    "LongHorizonConfig",
+    "LongHorizonDataConfig",
+    "ModelConfig",
+    "MonitorConfig",
+    "PVCConfig",
+    "Placement",
+    "RLConfig",
+    "RayGroup",
+    "RayJobConfig",
+    "RewardConfig",
+    "SecretEnv",
+    "StageResources",
+    "StagesConfig",
+    "StoreConfig",
+    "Strict",
+    "Toleration",
+    "TrainConfig",
+    "TrainJobConfig",
+    "compose",
+    "config_hash",
+    "validate",
+]
