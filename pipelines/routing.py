@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harnessrl.config import STAGES, Config
+from harnessrl.config import STAGES, Config, RayJobSlice, TrainJobSlice
 
 
 def enabled_stages(cfg: Config) -> list[str]:
@@ -46,20 +46,19 @@ def stage_slice(cfg: Config, stage: str) -> dict[str, Any]:
         return common | {"data": cfg.data.model_dump()}
     out = common | {"stage": getattr(cfg.stages, stage).model_dump()}
     infra = cfg.infra
-    if stage in ("cpt", "sft") and training_nodes(cfg, stage) > 1:
+    if stage in ("cpt", "sft") and (nodes := training_nodes(cfg, stage)) > 1:
         # What the stage needs to create its TrainJob (harnessrl/cluster/trainjob.py).
-        out |= {"cluster": {"image": infra.image, "resources": infra.for_stage(stage).model_dump(),
-                            "pvc": infra.pvc.model_dump(), "secrets": [s.model_dump() for s in infra.secrets],
-                            "trainjob": infra.trainjob.model_dump(), "nodes": training_nodes(cfg, stage)}}  # fmt: skip
+        job = TrainJobSlice(image=infra.image, resources=infra.for_stage(stage), pvc=infra.pvc,
+                            secrets=infra.secrets, trainjob=infra.trainjob, nodes=nodes)  # fmt: skip
+        out |= {"cluster": job.model_dump()}
     if stage in ("rl", "long_horizon"):
         # Live RL's weights are not the stage's: changing them must not re-run it.
         out |= {"reward": cfg.reward.model_dump(exclude={"live"})}
         if runs_as_rayjob(cfg, stage):
             # What the stage needs to create its RayJob (harnessrl/cluster/rayjob.py).
-            out |= {"rayjob": {"image": infra.image, "pvc": infra.pvc.model_dump(),
-                               "secrets": [s.model_dump() for s in infra.secrets],
-                               "timeout_s": infra.for_stage(stage).timeout_s,
-                               "rayjob": infra.rayjob.model_dump()}}  # fmt: skip
+            job = RayJobSlice(image=infra.image, pvc=infra.pvc, secrets=infra.secrets,
+                              timeout_s=infra.for_stage(stage).timeout_s, rayjob=infra.rayjob)  # fmt: skip
+            out |= {"rayjob": job.model_dump()}
     if stage in ("rl", "long_horizon", "eval"):
         out |= {"engine": cfg.engine.model_dump()}
     return out

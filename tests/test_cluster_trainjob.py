@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harnessrl.cluster import kube, trainjob
-from harnessrl.config import ConfigError, compose
+from harnessrl.config import ConfigError, TrainJobSlice, compose
 from harnessrl.metrics import read_metrics
 from harnessrl.train import distributed
 from pipelines.routing import stage_slice
@@ -78,7 +78,7 @@ def test_the_gpu_recipes_trainjob_validates_and_carries_its_settings() -> None:
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 
     cfg = compose(["recipe=qwen_coder_7b"])
-    cluster = trainjob.Cluster.model_validate(stage_slice(cfg, "cpt")["cluster"])
+    cluster = TrainJobSlice.model_validate(stage_slice(cfg, "cpt")["cluster"])
     body = trainjob.manifest("harnessrl-cpt-0", cluster, cfg.stages.cpt.world_size, Path("/models/j/out/.launch.json"))
     TrainerV1alpha1TrainJob.from_dict(body)  # the Trainer API's own model takes it back
     spec, res = body["spec"], cfg.infra.for_stage("cpt")

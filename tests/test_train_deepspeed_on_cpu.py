@@ -236,7 +236,8 @@ def test_two_nodes_at_a_c10d_rendezvous_equal_one_node_with_two_ranks(
     import subprocess
 
     from harnessrl.stage import StageContext
-    from harnessrl.train.launch import torchrun_command, write_spec
+    from harnessrl.train.launch import torchrun_command
+    from harnessrl.train.spec import write_spec
 
     overrides = ["stages.cpt.world_size=2", f"stages.cpt.zero_stage={zero_stage}", "stages.cpt.micro_batch_size=2"]
     one_node = [m["loss"] for m in cpt_stage(tiny_base, tmp_path / "one-node", *overrides)["metrics"]]

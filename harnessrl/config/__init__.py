@@ -6,7 +6,8 @@ types, ranges and `extra="forbid"`, so a typo is an error, never a silent no-op.
 - base.py: what every model shares (`Strict`), and `config_hash`;
 - stages.py: the chain's stages (STAGES, CPT/SFT, RL, long-horizon RL, eval and its gates);
 - models.py: the model, the data, the rewards, the engine, real-time RL;
-- infra.py: where stages run (Kubernetes, TrainJob, RayJob) and the artifact store;
+- infra.py: where stages run (Kubernetes, TrainJob, RayJob), the parts of a stage's slice that
+  carry a TrainJob or RayJob to it, and the artifact store;
 - recipe.py: `Config`, the whole recipe, and the checks that span its parts;
 - compose.py: `compose` (conf/ with Hydra overrides, validated) and `ConfigError`, one line each.
 
@@ -20,11 +21,13 @@ from harnessrl.config.infra import (
     PVCConfig,
     RayGroup,
     RayJobConfig,
+    RayJobSlice,
     SecretEnv,
     StageResources,
     StoreConfig,
     Toleration,
     TrainJobConfig,
+    TrainJobSlice,
 )
 from harnessrl.config.models import (
     ArchConfig,
@@ -75,6 +78,7 @@ __all__ = [
     "RLConfig",
     "RayGroup",
     "RayJobConfig",
+    "RayJobSlice",
     "RewardConfig",
     "SecretEnv",
     "StageResources",
@@ -84,6 +88,7 @@ __all__ = [
     "Toleration",
     "TrainConfig",
     "TrainJobConfig",
+    "TrainJobSlice",
     "compose",
     "config_hash",
     "validate",

@@ -111,6 +111,32 @@ class InfraConfig(Strict):
         return self.resources.get(stage) or self.resources.get("default") or StageResources()
 
 
+# ----------------------------------------------------------------------------- a stage's job, in its slice
+
+
+class TrainJobSlice(Strict):
+    """The `cluster` part of a CPT or SFT stage's config slice (pipelines/routing.py): what the stage
+    needs to create its TrainJob (harnessrl/cluster/trainjob.py) when its ranks span several nodes."""
+
+    image: str
+    resources: StageResources = Field(description="each node's pod: the stage's infra.resources")
+    pvc: PVCConfig
+    secrets: list[SecretEnv]
+    trainjob: TrainJobConfig
+    nodes: int = Field(gt=1, description="nodes the stage's world_size spans")
+
+
+class RayJobSlice(Strict):
+    """The `rayjob` part of an async RL stage's config slice (pipelines/routing.py): what the stage
+    needs to create its RayJob (harnessrl/cluster/rayjob.py)."""
+
+    image: str
+    pvc: PVCConfig
+    secrets: list[SecretEnv]
+    timeout_s: int = Field(ge=0, description="the stage's infra.resources timeout; 0: none")
+    rayjob: RayJobConfig
+
+
 # ----------------------------------------------------------------------------- store
 
 
