@@ -42,7 +42,8 @@ def overlay(base: dict, top: dict) -> dict:
 
 def _validated(model: type, data: dict, group: str) -> dict:
     try:
-        return model.model_validate(data).model_dump(mode="json")
+        # Defaults left out: they are the models', and a group option restates none (conf/config.yaml).
+        return model.model_validate(data).model_dump(mode="json", exclude_defaults=True)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])

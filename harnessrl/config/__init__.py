@@ -12,6 +12,19 @@ types, ranges and `extra="forbid"`, so a typo is an error, never a silent no-op.
 - compose.py: `compose` (conf/ with Hydra overrides, validated) and `ConfigError`, one line each.
 
 Which stage gets which part of the recipe, and where it runs, is the pipeline's: pipelines/routing.py.
+
+Where each value lives, so that each has one home:
+- A field's default is its model's, here, and nowhere else. `compose` hands these defaults to Hydra
+  first (conf/config.yaml's `schema_defaults`), so every field can be overridden as it is.
+- conf/<group>/default.yaml sets only what the models leave open (required fields, such as a stage's
+  steps and lr), with the reasons for their values.
+- Any other group option describes one thing and sets what that thing is, where it differs from the
+  defaults: the tiny data's imperfect expert (data/tiny.yaml guess_share), the vLLM engine, S3, a
+  GPU cluster's pools and sizes.
+- A recipe (conf/recipe/*.yaml) sets what it chooses: the tiny recipe's warmups, checkpoint intervals,
+  SFT length buckets and long-horizon comparison, for instance, which qwen_coder_7b states for itself.
+tests/test_config_defaults.py fails on a YAML outside conf/recipe/ that restates a default, and on a
+default.yaml that overrides one. `harnessrl config show` prints what a recipe composes to.
 """
 
 from harnessrl.config.base import Strict, config_hash

@@ -1,4 +1,11 @@
-"""Composing a recipe: the Hydra tree in conf/ with overrides, validated, and its errors in one line."""
+"""Composing a recipe: the Hydra tree in conf/ with overrides, validated, and its errors in one line.
+
+Every field's default is the pydantic model's. Hydra still has to see each field, or a plain override
+of one that no YAML sets (`stages.rl.max_turns=8`) would be refused as unknown. So `compose` hands
+Hydra the models' defaults as a config of its own, SCHEMA_DEFAULTS, which conf/config.yaml's defaults
+list composes first; the groups and the recipe then set only what the models leave open or what they
+choose (the package docstring says which file holds what).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from harnessrl.config.recipe import Config
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+SCHEMA_DEFAULTS = "schema_defaults"  # its name in conf/config.yaml's defaults list
 
 
 class ConfigError(ValueError):
@@ -21,11 +30,13 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Compose conf/config.yaml with Hydra overrides, resolve, validate. Raises ConfigError."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+    ConfigStore.instance().store(name=SCHEMA_DEFAULTS, node=defaults_tree(Config))
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -40,6 +51,21 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     finally:
         GlobalHydra.instance().clear()
     return validate(raw)
+
+
+def defaults_tree(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's fields as a tree of their defaults, as Hydra composes it: a nested model without a
+    default is its own tree, and any other field without one is "???" (Hydra's missing value), so a
+    recipe that leaves it unset fails naming it."""
+    tree: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if not field.is_required():
+            tree[name] = to_jsonable_python(field.get_default(call_default_factory=True))
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            tree[name] = defaults_tree(field.annotation)
+        else:
+            tree[name] = "???"
+    return tree
 
 
 def validate(raw: Any) -> Config:

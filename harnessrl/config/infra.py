@@ -54,7 +54,7 @@ class TrainJobConfig(Strict):
     namespace: str = Field("kubeflow", description="where the TrainJobs are created")
     runtime: str = Field("torch-distributed", description="the ClusterTrainingRuntime they run on")
     service_account: str = Field("pipeline-runner", description="the training pods' account (IRSA: S3 access)")
-    poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
+    poll_s: float = Field(30.0, gt=0, description="seconds between status reads while waiting")
 
 
 class RayGroup(Strict):
@@ -81,7 +81,7 @@ class RayJobConfig(Strict):
     ray_version: str = Field(description="the Ray in infra.image, which KubeRay must know")
     service_account: str = Field("pipeline-runner", description="the Ray pods' account (IRSA: S3 access)")
     ttl_s_after_finished: int = Field(600, ge=0, description="how long the finished RayJob's cluster stays, for logs")
-    poll_s: float = Field(30, gt=0, description="seconds between status reads while waiting")
+    poll_s: float = Field(30.0, gt=0, description="seconds between status reads while waiting")
     head: RayGroup = Field(description="the driver's pod: the RL loop")
     workers: dict[str, RayGroup] = Field(description="worker groups by name, e.g. trainer, rollout and env")
 
@@ -157,8 +157,8 @@ class StoreConfig(Strict):
     max_attempts: int = Field(
         10, ge=0, description="botocore retries.max_attempts: retries per request after the first try"
     )
-    connect_timeout_s: float = Field(10, gt=0)
-    read_timeout_s: float = Field(60, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    read_timeout_s: float = Field(60.0, gt=0)
     multipart_threshold_mb: int = Field(64, ge=5, description="files at least this big go up in parts")
     multipart_chunksize_mb: int = Field(16, ge=5, description="part size; S3's minimum is 5 MiB")
     max_concurrency: int = Field(8, gt=0, description="parallel part uploads/downloads per file")

@@ -64,6 +64,8 @@ class LongHorizonDataConfig(Strict):
     verbose_share: float = Field(
         0.7, ge=0, le=1, description="share of the expert's conversations whose summaries restate whole search results"
     )
+    # The expert's harness, in its estimate of tokens (4 characters each): it summarizes after the
+    # second search (~107), and its verbose conversations need a second summary before the answer.
     trigger: int = Field(
         95, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
     )
@@ -125,7 +127,7 @@ class RewardConfig(Strict):
     tokens: float = Field(0.0, le=0, description="per 1k generated tokens of a solved task")
     parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel, of a solved task")
     clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
-    summary_tokens: float = Field(0.0, le=0, description="per 1k tokens of self-summaries, of a solved task")
+    summary_tokens: float = Field(-0.5, le=0, description="per 1k tokens of self-summaries, of a solved task")
     overlong: float = Field(0.0, le=0, description="per episode that ran out of a budget instead of answering")
     live: LiveRewardConfig = Field(default_factory=LiveRewardConfig, description="real-time RL's signals")
 

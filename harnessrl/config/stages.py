@@ -56,13 +56,13 @@ class MonitorConfig(Strict):
         0.0, ge=0, le=1, description="share of episodes that edited, wrote, moved or removed a test file"
     )
     unsupported_answer_max: float | None = Field(
-        0.5, ge=0, le=1, description="share of answered episodes whose answer appears in no tool output"
+        0.9, ge=0, le=1, description="share of answered episodes whose answer appears in no tool output"
     )
     drift_max: float | None = Field(
         1.0, ge=0, description="largest move of a reward component's step mean from its mean over the first steps"
     )
     drift_window: int = Field(3, ge=1, description="how many first steps make the drift baseline")
-    warmup_steps: int = Field(0, ge=0, description="no alarms at steps below this")
+    warmup_steps: int = Field(3, ge=0, description="no alarms at steps below this")
     stop_on_alarm: bool = Field(False, description="an alarm stops the run (HackAlarm)")
 
 
@@ -86,7 +86,7 @@ class RLConfig(Strict):
     prompts_per_step: int = Field(gt=0)
     group_size: int = Field(ge=2, description="rollouts per prompt, for group-relative advantages")
     max_new_tokens: int = Field(gt=0, description="per assistant turn")
-    max_turns: int = Field(6, gt=0, description="per episode")
+    max_turns: int = Field(4, gt=0, description="per episode")
     temperature: float = Field(1.0, gt=0)
     lr: float = Field(gt=0, le=1)
     grad_clip: float = Field(1.0, gt=0)
@@ -152,6 +152,13 @@ class LongHorizonConfig(RLConfig):
     """RL with self-summarization: the policy compacts its own context at a token trigger."""
 
     suites: list[str] = Field(["long_horizon"], min_length=1)
+    # A long-horizon task asks for several facts, each a search, with summaries between: more turns
+    # than RL's lookups. An episode that runs out of context or summaries is what this stage trains
+    # against, so by default it gets no gradient rather than a reward for stopping early (SUPO).
+    max_turns: int = Field(8, gt=0, description="per episode")
+    overlong_mask: bool = Field(
+        True, description="no gradient for an episode that ran out of a budget instead of answering"
+    )
     context: Literal["none", "truncate", "summarize"] = Field(
         "summarize", description="what the harness does when the context fills (harnessrl/harness/context.py)"
     )
@@ -199,7 +206,7 @@ class EvalConfig(Strict):
     seeds: list[int] = Field(min_length=1)
     num_tasks: int = Field(gt=0, description="held-out tasks per suite")
     max_new_tokens: int = Field(gt=0, description="per assistant turn")
-    max_turns: int = Field(6, gt=0, description="per episode")
+    max_turns: int = Field(4, gt=0, description="per episode")
     temperature: float = Field(0.0, ge=0, description="0: greedy")
     gates: list[GateConfig] = Field([])
     long_horizon_tasks: int = Field(
