@@ -145,6 +145,35 @@ def test_config_show_prints_resolved_yaml_and_schema_is_json(capsys) -> None:
     assert set(schema["required"]) >= {"model", "data", "stages", "reward", "engine", "infra"}
 
 
+def test_config_schema_shows_the_defaults_a_run_gets(capsys) -> None:
+    """Each field's default is the composed recipe's value, with the same overrides as `config show`:
+    CPT and SFT share TrainConfig yet show their own, and a part the recipe sets is no longer null."""
+
+    def defaults(schema: dict, value: dict) -> None:  # every field's default equals the composed value
+        for name, prop in schema["properties"].items():
+            nested = next((b for b in [prop, *prop.get("anyOf", [])] if "properties" in b), None)
+            if nested is not None and isinstance(value[name], dict):
+                assert "default" not in prop, name
+                defaults(nested, value[name])
+            else:
+                assert prop["default"] == value[name], name
+
+    assert main(["config", "schema", "recipe=qwen_coder_7b", "stages.rl.max_turns=7"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    cfg = compose(["recipe=qwen_coder_7b", "stages.rl.max_turns=7"])
+    defaults(schema, cfg.model_dump(mode="json"))
+    stages = schema["properties"]["stages"]["properties"]
+    assert [stages[s]["properties"]["steps"]["default"] for s in ("cpt", "sft")] == [2000, 500]
+    assert stages["rl"]["properties"]["max_turns"]["default"] == 7
+    assert stages["sft"]["properties"]["length_buckets"]["default"] == [128]  # TrainConfig says []; the recipe 128
+    trainjob = schema["properties"]["infra"]["properties"]["trainjob"]
+    assert (
+        next(b for b in trainjob["anyOf"] if "properties" in b)["properties"]["runtime"]["default"]
+        == "torch-distributed"
+    )
+    assert main(["config", "schema", "stages.rl.steps=many"]) == 2  # a bad override: as every config command
+
+
 def test_stage_slices_keep_other_stages_config_out() -> None:
     a, b = compose([]), compose(["stages.rl.lr=0.001"])
     for stage in ("base", "cpt", "sft", "long_horizon", "eval"):

@@ -9,7 +9,8 @@ types, ranges and `extra="forbid"`, so a typo is an error, never a silent no-op.
 - infra.py: where stages run (Kubernetes, TrainJob, RayJob), the parts of a stage's slice that
   carry a TrainJob or RayJob to it, and the artifact store;
 - recipe.py: `Config`, the whole recipe, and the checks that span its parts;
-- compose.py: `compose` (conf/ with Hydra overrides, validated) and `ConfigError`, one line each.
+- compose.py: `compose` (conf/ with Hydra overrides, validated) and `ConfigError`, one line each;
+- schema.py: the recipe's JSON Schema, with the defaults a run of it gets.
 
 Which stage gets which part of the recipe, and where it runs, is the pipeline's: pipelines/routing.py.
 
@@ -24,7 +25,8 @@ Where each value lives, so that each has one home:
 - A recipe (conf/recipe/*.yaml) sets what it chooses: the tiny recipe's warmups, checkpoint intervals,
   SFT length buckets and long-horizon comparison, for instance, which qwen_coder_7b states for itself.
 tests/test_config_defaults.py fails on a YAML outside conf/recipe/ that restates a default, and on a
-default.yaml that overrides one. `harnessrl config show` prints what a recipe composes to.
+default.yaml that overrides one. `harnessrl config show` prints what a recipe composes to, and
+`harnessrl config schema` (schema.py) each field with the default a run of the recipe gets.
 """
 
 from harnessrl.config.base import Strict, config_hash
