@@ -154,7 +154,7 @@ def bench_weight_sync(root: Path, repeats: int = 10) -> None:
     model, _ = load(base["base"])
     start_ray(root / "ray-sync", num_cpus=2)
     try:
-        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, EngineConfig(max_model_len=1024), 1)
+        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, EngineConfig(), 1)
         ray.get(worker.set_weights.remote(0, weights_blob(model)))  # warm-up
 
         def timed(fn) -> float:

@@ -67,7 +67,7 @@ BAD_OVERRIDES = [
     ("stages.cpt.schedule=wavy", "stages.cpt.schedule", "'cosine', 'linear' or 'constant'"),
     ("model=medium", "model", "unknown option 'medium'"),
     ("recipe=huge", "recipe", "available: qwen_coder_7b, tiny, tiny_smoke"),
-    ("model.name=???", "model.name", "missing required value"),
+    ("data.name=???", "data.name", "missing required value"),
     ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
     ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
     ("stages.long_horizon.summary_trigger=400", "stages.long_horizon", "must fit in context_budget"),
@@ -78,7 +78,21 @@ BAD_OVERRIDES = [
     ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 take effect only in mode async"),
     ("+stages.rl.placement.env.env=1", "stages.rl", "placement.env take effect only in mode async"),
     ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8 take effect only in mode async"),
+    ("stages.rl.max_staleness=2", "stages.rl", "max_staleness=2 take effect only in mode async"),
+    ("stages.long_horizon.max_staleness=0", "stages.long_horizon", "max_staleness=0 take effect only in mode async"),
+    ("engine.max_model_len=1024", "engine", "max_model_len=1024 take effect only with kind vllm"),
+    ("engine.tensor_parallel_size=2", "engine", "tensor_parallel_size=2 take effect only with kind vllm"),
+    ("engine.gpu_memory_utilization=0.5", "engine", "gpu_memory_utilization=0.5 take effect only with kind vllm"),
+    ("+model.name=tiny-llama", "model.name", "unknown field"),  # read by nothing, so no longer a field
 ]
+
+
+def test_settings_that_take_effect_elsewhere_are_accepted_there() -> None:
+    vllm = compose(["engine=vllm", "engine.max_model_len=1024", "engine.gpu_memory_utilization=0.5"]).engine
+    assert (vllm.max_model_len, vllm.gpu_memory_utilization) == (1024, 0.5)
+    assert compose(["engine.max_model_len=null", "engine.tensor_parallel_size=1"]).engine.kind == "hf"  # the defaults
+    assert compose(["stages.rl.mode=async", "stages.rl.max_staleness=0"]).stages.rl.max_staleness == 0
+    assert main(["config", "validate", "engine.max_model_len=1024"]) == 2  # the CLI's exit for a refused field
 
 
 def test_the_gpu_recipe_reads_as_it_runs() -> None:

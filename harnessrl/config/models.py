@@ -37,7 +37,8 @@ class ArchConfig(Strict):
 
 
 class ModelConfig(Strict):
-    name: str
+    """The model the chain starts from: a local checkpoint, or an architecture trained from scratch."""
+
     path: str | None = Field(None, description="local Hugging Face model directory; never a hub id")
     arch: ArchConfig | None = Field(None, description="dimensions of a model trained from scratch")
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -195,7 +196,22 @@ class LiveConfig(Strict):
 
 
 class EngineConfig(Strict):
+    """What samples rollouts and eval episodes: hf (batched torch with a KV cache, harnessrl/engines/hf.py)
+    or vLLM (harnessrl/engines/vllm.py). The sizes are vLLM's."""
+
     kind: Literal["hf", "vllm"] = "hf"
-    tensor_parallel_size: int = Field(1, gt=0)
-    max_model_len: int | None = Field(None, gt=0, description="None: the model's own context")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, gt=0, description="vllm: GPUs one engine spans")
+    max_model_len: int | None = Field(None, gt=0, description="vllm: the longest sequence; None: the model's context")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vllm: the share of GPU memory it may take")
+
+    @model_validator(mode="after")
+    def _every_setting_takes_effect(self) -> EngineConfig:
+        # The hf engine reads none of vLLM's sizes: a recipe that sets one would not run the way it reads.
+        if self.kind == "hf":
+            vllm_only = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
+            fields = type(self).model_fields
+            idle = [f"{f}={getattr(self, f)}" for f in vllm_only if getattr(self, f) != fields[f].default]
+            if idle:
+                raise ValueError(f"{' and '.join(idle)} take effect only with kind vllm (the hf engine reads none of "
+                                 "them): set kind: vllm, or leave them at their defaults")  # fmt: skip
+        return self

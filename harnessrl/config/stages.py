@@ -100,7 +100,7 @@ class RLConfig(Strict):
     )
     minibatches: int = Field(1, gt=0, description="optimizer steps per RL step, over a split of its samples")
     kl_coef: float = Field(0.0, ge=0, description="weight of a k3 KL penalty to the frozen parent checkpoint")
-    max_staleness: int = Field(1, ge=0, description="max policy versions between rollout and update")
+    max_staleness: int = Field(1, ge=0, description="async only: max policy versions between rollout and update")
     refill_groups: int = Field(
         0,
         ge=0,
@@ -133,12 +133,15 @@ class RLConfig(Strict):
     def _every_setting_takes_effect(self) -> RLConfig:
         # A field that would be ignored is refused, so a recipe runs the way it reads.
         if self.mode == "sync":
-            fields = ("rollout_workers", "env_workers", "trainer_world_size")
-            idle = [f"{f}={getattr(self, f)}" for f in fields if getattr(self, f) > 1]
+            # A sync run has no Ray workers, and each step trains on rollouts of the weights it has.
+            async_only = ("rollout_workers", "env_workers", "trainer_world_size", "max_staleness")
+            fields = type(self).model_fields
+            idle = [f"{f}={getattr(self, f)}" for f in async_only if getattr(self, f) != fields[f].default]
             idle += [f"placement.{k}" for k, v in self.placement.model_dump().items() if v]
             if idle:
                 raise ValueError(f"{' and '.join(idle)} take effect only in mode async (a sync run has no Ray "
-                                 "workers): set mode: async, or leave them at their defaults")  # fmt: skip
+                                 "workers and no stale rollouts): set mode: async, or leave them at their "
+                                 "defaults")  # fmt: skip
         if self.placement.trainer and self.trainer_world_size == 1:
             raise ValueError("placement.trainer places trainer ranks, which only trainer_world_size > 1 has (one "
                              "rank trains in the driver); remove it or raise trainer_world_size")  # fmt: skip
