@@ -21,11 +21,13 @@ Where each value lives, so that each has one home:
   steps and lr), with the reasons for their values.
 - Any other group option describes one thing and sets what that thing is, where it differs from the
   defaults: the tiny data's imperfect expert (data/tiny.yaml guess_share), the vLLM engine, S3, a
-  GPU cluster's pools and sizes.
+  GPU cluster's pools and sizes. A part that is absent by default (infra.trainjob, infra.rayjob,
+  model.arch) or an entry of a dict (infra.resources.cpt) has no defaults in Hydra's tree until an
+  option sets it, so there the option states every key it wants overridable, defaults included.
 - A recipe (conf/recipe/*.yaml) sets what it chooses: the tiny recipe's warmups, checkpoint intervals,
   SFT length buckets and long-horizon comparison, for instance, which qwen_coder_7b states for itself.
-tests/test_config_defaults.py fails on a YAML outside conf/recipe/ that restates a default, and on a
-default.yaml that overrides one. `harnessrl config show` prints what a recipe composes to, and
+tests/test_config_defaults.py fails on a YAML outside conf/recipe/ that restates a default Hydra
+already has, and on a default.yaml that overrides one. `harnessrl config show` prints what a recipe composes to, and
 `harnessrl config schema` (schema.py) each field with the default a run of the recipe gets.
 """
 

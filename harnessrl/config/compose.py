@@ -4,7 +4,8 @@ Every field's default is the pydantic model's. Hydra still has to see each field
 of one that no YAML sets (`stages.rl.max_turns=8`) would be refused as unknown. So `compose` hands
 Hydra the models' defaults as a config of its own, SCHEMA_DEFAULTS, which conf/config.yaml's defaults
 list composes first; the groups and the recipe then set only what the models leave open or what they
-choose (the package docstring says which file holds what).
+choose (the package docstring says which file holds what). A part that is None by default (an optional
+model) is None in that tree: its keys are the option's that sets it.
 """
 
 from __future__ import annotations
