@@ -37,6 +37,7 @@ from harnessrl.harness.spec import HARNESS_FILE
 from harnessrl.io import write_json
 from harnessrl.metrics import read_metrics
 from harnessrl.stage import StageContext
+from pipelines.routing import stage_slice
 
 RESULT = "baselines.json"
 
@@ -66,7 +67,7 @@ def finetune(cfg: Config, parent: Path, conversations: list[list[dict]], steps: 
     with tempfile.TemporaryDirectory(prefix="harnessrl-baseline-") as tmp:
         (Path(tmp) / "sft.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in conversations))
         (Path(tmp) / HARNESS_FILE).write_text((data_dir / HARNESS_FILE).read_text())
-        slice_ = cfg.stage_slice("sft") | {"stage": stage.model_dump()}
+        slice_ = stage_slice(cfg, "sft") | {"stage": stage.model_dump()}
         work(StageContext(cfg=slice_, parent=parent, out=out, data_dir=Path(tmp)))
 
 

@@ -37,6 +37,7 @@ from harnessrl.config import compose
 from harnessrl.stage import run_stage
 from pipelines.local import ensure_data
 from pipelines.remote import compile_pipeline
+from pipelines.routing import enabled_stages, stage_slice
 
 WORK = {
     "base": components.base.work,
@@ -112,13 +113,13 @@ def main() -> None:
     cfg = compose(smoke)
     data_dir, md5 = ensure_data(cfg, tmp)
     direct, prev = {}, None
-    for stage in cfg.enabled_stages():
+    for stage in enabled_stages(cfg):
         out = tmp / "direct" / stage
         t0 = time.perf_counter()
         run_stage(
             stage,
             WORK[stage],
-            json.dumps(cfg.stage_slice(stage)),
+            json.dumps(stage_slice(cfg, stage)),
             str(data_dir),
             md5,
             str(prev) if prev else None,

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipelines.routing import stage_slice
+
 SMOKE = ["recipe=tiny_smoke", "stages.rl.monitors.warmup_steps=0", "stages.rl.monitors.stop_on_alarm=false"]
 
 
@@ -63,7 +65,7 @@ def build_base(root: Path) -> dict[str, Path]:
 
     cfg = compose(["recipe=tiny_smoke"])
     data = build(cfg.data, root / "data")
-    run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, str(root / "base"))
+    run_stage("base", work, json.dumps(stage_slice(cfg, "base")), str(data), "md5", None, str(root / "base"))
     return {"data": data, "base": root / "base"}
 
 
@@ -75,7 +77,7 @@ def rl_run(base: dict[str, Path], out: Path, overrides: list[str]) -> tuple[floa
 
     cfg = compose([*SMOKE, *overrides])
     t0 = time.perf_counter()
-    run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(base["data"]), "md5", str(base["base"]), str(out))
+    run_stage("rl", work, json.dumps(stage_slice(cfg, "rl")), str(base["data"]), "md5", str(base["base"]), str(out))
     return time.perf_counter() - t0, read_metrics(out / "metrics.jsonl")
 
 
@@ -152,7 +154,7 @@ def bench_weight_sync(root: Path, repeats: int = 10) -> None:
     model, _ = load(base["base"])
     start_ray(root / "ray-sync", num_cpus=2)
     try:
-        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, EngineConfig(max_model_len=1024), 1)
+        worker = RolloutWorker.remote(str(base["base"]), "float32", 1.0, EngineConfig(), 1)
         ray.get(worker.set_weights.remote(0, weights_blob(model)))  # warm-up
 
         def timed(fn) -> float:

@@ -29,6 +29,7 @@ from harnessrl.model.tokenizer import render_ids
 from harnessrl.rl.loop import group_advantages
 from harnessrl.rl.trainer import LocalTrainer, Sample
 from harnessrl.stage import run_stage
+from pipelines.routing import stage_slice
 
 
 def reward(text: str) -> float:
@@ -41,7 +42,7 @@ def base_checkpoint(root: Path) -> tuple[Path, list[list[dict]]]:
 
     cfg = compose(["recipe=tiny_smoke"])
     data = build(cfg.data, root / "data")
-    run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, str(root / "base"))
+    run_stage("base", work, json.dumps(stage_slice(cfg, "base")), str(data), "md5", None, str(root / "base"))
     prompts = [row["messages"] for row in read_jsonl(data / "prompts.jsonl")]
     return root / "base", prompts
 

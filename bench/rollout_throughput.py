@@ -25,6 +25,7 @@ from harnessrl.engines.hf import generate
 from harnessrl.model.checkpoint import load
 from harnessrl.model.tokenizer import render_ids
 from harnessrl.stage import run_stage
+from pipelines.routing import stage_slice
 
 
 def main() -> None:
@@ -38,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose(["recipe=tiny_smoke"])
         data = build(cfg.data, Path(tmp) / "data")
-        run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, f"{tmp}/base")
+        run_stage("base", work, json.dumps(stage_slice(cfg, "base")), str(data), "md5", None, f"{tmp}/base")
         model, tok = load(f"{tmp}/base")
         messages = [r["messages"] for r in read_jsonl(data / "prompts.jsonl")]
         prompts = [

@@ -1,7 +1,8 @@
 """Stage 1, CPT: continued pretraining on the recipe's code corpus, on the DeepSpeed engine.
 
 Packed fixed-length windows of the corpus, ZeRO 0-3, fp32 or bf16, on 1 process in-process or on
-`world_size` processes through torchrun (gloo on CPU, nccl on GPU). Exports HF safetensors.
+`world_size` processes through torchrun (gloo on CPU, nccl on GPU), or, past one node's GPUs, as a
+TrainJob (harnessrl/cluster/trainjob.py). Exports HF safetensors.
 """
 
 from kfp.dsl import Dataset, Input, Model, Output
@@ -12,11 +13,16 @@ from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    cfg = TrainConfig.model_validate(ctx.cfg["stage"])
+    if cfg.length_buckets:
+        raise ValueError("stages.cpt.length_buckets: CPT packs fixed-length windows; length buckets are for SFT")
+    if "cluster" in ctx.cfg:  # ranks across nodes: a TrainJob on Kubeflow Trainer, which this pod waits on
+        from harnessrl.cluster import trainjob
+
+        return trainjob.run("components.cpt:train_job", ctx, cfg.world_size)
     from harnessrl.train.launch import launch
 
-    if TrainConfig.model_validate(ctx.cfg["stage"]).length_buckets:
-        raise ValueError("stages.cpt.length_buckets: CPT packs fixed-length windows; length buckets are for SFT")
-    return launch("components.cpt:train_job", ctx, TrainConfig.model_validate(ctx.cfg["stage"]).world_size)
+    return launch("components.cpt:train_job", ctx, cfg.world_size)
 
 
 def train_job(ctx: StageContext, rank: int, world: int) -> dict:

@@ -16,9 +16,14 @@ from harnessrl.stage import StageContext
 
 
 def work(ctx: StageContext) -> dict:
+    cfg = TrainConfig.model_validate(ctx.cfg["stage"])
+    if "cluster" in ctx.cfg:  # ranks across nodes: a TrainJob on Kubeflow Trainer, which this pod waits on
+        from harnessrl.cluster import trainjob
+
+        return trainjob.run("components.sft:train_job", ctx, cfg.world_size)
     from harnessrl.train.launch import launch
 
-    return launch("components.sft:train_job", ctx, TrainConfig.model_validate(ctx.cfg["stage"]).world_size)
+    return launch("components.sft:train_job", ctx, cfg.world_size)
 
 
 def train_job(ctx: StageContext, rank: int, world: int) -> dict:

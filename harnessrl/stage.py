@@ -23,7 +23,7 @@ from harnessrl.lineage.manifest import write_manifest
 
 @dataclass(frozen=True)
 class StageContext:
-    cfg: dict  # the stage's config slice (see Config.stage_slice)
+    cfg: dict  # the stage's config slice (pipelines/routing.py: stage_slice)
     parent: Path | None  # previous stage's checkpoint; None for `base`
     out: Path  # where to write; renamed into place when the stage returns
     data_dir: Path

@@ -1,1 +1,2 @@
-"""Only the DAG: a recipe becomes one KFP pipeline, which runs locally, compiles or is submitted."""
+"""The pipeline: which stages a recipe runs and what each gets (routing.py), as one KFP DAG that runs
+locally, compiles or is submitted."""

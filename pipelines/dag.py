@@ -22,6 +22,7 @@ from components.long_horizon_rl import long_horizon
 from components.rl import rl
 from components.sft import sft
 from harnessrl.config import Config, InfraConfig, StageResources
+from pipelines.routing import enabled_stages, runs_as_job, stage_slice
 
 STAGE_FUNCS: dict[str, Callable] = {
     "data": data,
@@ -57,7 +58,7 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
     # The image already holds harnessrl and kfp: no pip install at task start.
     components = {
         s: dsl.component(STAGE_FUNCS[s], base_image=cfg.infra.image, install_kfp_package=False)
-        for s in ["data", *cfg.enabled_stages()]
+        for s in ["data", *enabled_stages(cfg)]
     }
 
     def pipeline():
@@ -71,9 +72,9 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
         ).set_display_name("data")
         schedule(data_task, cfg.infra.for_stage("data"), cfg.infra)
         prev = None
-        for stage in cfg.enabled_stages():
+        for stage in enabled_stages(cfg):
             args = dict(
-                config=json.dumps(cfg.stage_slice(stage), sort_keys=True),
+                config=json.dumps(stage_slice(cfg, stage), sort_keys=True),
                 data=data_task.outputs["dataset"],
                 data_md5=data_task.outputs["Output"],
                 code_hash=code_hash,
@@ -82,7 +83,7 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
                 args["parent"] = prev.outputs["checkpoint"]
             task = components[stage](**args).set_display_name(stage)
             res = cfg.infra.for_stage(stage)
-            if cfg.runs_as_job(stage):
+            if runs_as_job(cfg, stage):
                 # Its TrainJob's or RayJob's pods hold the GPUs (harnessrl/cluster/); this task only
                 # creates the job and waits, on the default pool, as long as the stage may take.
                 # Its own timeout outlasts the job's deadline (and the wait's backstop at 1.1x), since it

@@ -29,6 +29,7 @@ from harnessrl.io import atomic_write_text, write_json
 from harnessrl.lineage.manifest import chain, code_hash
 from harnessrl.stage import KEY_METRIC
 from pipelines.dag import DataSource, build_pipeline
+from pipelines.routing import enabled_stages
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 COMPONENT_TO_STAGE = {"evaluate": "eval", "long-horizon": "long_horizon"}
@@ -151,7 +152,7 @@ def run_local(cfg: Config, run_dir: Path, pipeline_root: Path, data_root: Path, 
     progress = Progress(run_dir / "kfp.log", t0, sys.stdout)
     root_logger = logging.getLogger()
     root_logger.addFilter(progress)
-    print(f"run: {cfg.name} → {run_dir}  (stages: {' → '.join(cfg.enabled_stages())})", flush=True)
+    print(f"run: {cfg.name} → {run_dir}  (stages: {' → '.join(enabled_stages(cfg))})", flush=True)
     # Inherited by the task subprocesses (process env is not part of kfp's cache key), and put back
     # afterwards, so a later run or stage in this process never writes into this run's state.
     saved_root = os.environ.get("HARNESSRL_STATE_ROOT")

@@ -10,6 +10,7 @@ import pytest
 
 from harnessrl.cli import main
 from harnessrl.harness import sandbox as sb
+from pipelines.routing import stage_slice
 
 # Sandbox tests skip on a laptop without bubblewrap, but never in CI (CI=true), where a missing
 # sandbox must fail loudly rather than hide behind a skip.
@@ -66,7 +67,7 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-base")
     cfg = compose(SMOKE)
     data = build(cfg.data, root / "data")
-    run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(data), "md5", None, str(root / "base"))
+    run_stage("base", work, json.dumps(stage_slice(cfg, "base")), str(data), "md5", None, str(root / "base"))
     return {"root": root, "data": data, "base": root / "base"}
 
 
@@ -89,7 +90,7 @@ def stage_on_base(tiny_base: dict[str, Path], stage: str, out: Path, overrides: 
     from harnessrl.stage import run_stage
 
     module = importlib.import_module(f"components.{'long_horizon_rl' if stage == 'long_horizon' else stage}")
-    cfg = json.dumps(compose(overrides).stage_slice(stage))
+    cfg = json.dumps(stage_slice(compose(overrides), stage))
     run_stage(stage, module.work, cfg, str(tiny_base["data"]), "md5", str(tiny_base["base"]), str(out))
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from harnessrl.cluster import rayjob
-from harnessrl.config import ConfigError, compose
+from harnessrl.config import ConfigError, RayJobSlice, compose
 from harnessrl.metrics import read_metrics
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE, needs_bwrap, stage_on_base
 
 ASYNC = ["stages.rl.mode=async", "stages.rl.monitors.warmup_steps=0"]
@@ -70,7 +71,7 @@ def test_the_gpu_recipes_rayjob_has_its_groups_placement_and_limits() -> None:
 
     cfg = compose(["recipe=qwen_coder_7b"])
     assert cfg.infra.rayjob.ray_version == ray.__version__  # KubeRay must know the image's Ray
-    cluster = rayjob.Cluster.model_validate(cfg.stage_slice("rl")["rayjob"])
+    cluster = RayJobSlice.model_validate(stage_slice(cfg, "rl")["rayjob"])
     body = rayjob.manifest("harnessrl-rl-0", cluster, Path("/models/j/out/.launch.json"))
     spec = body["spec"]
     assert (spec["submissionMode"], spec["shutdownAfterJobFinishes"]) == ("K8sJobMode", True)  # not SidecarMode: #4945

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from harnessrl.cluster import kube, trainjob
-from harnessrl.config import ConfigError, compose
+from harnessrl.config import ConfigError, TrainJobSlice, compose
 from harnessrl.metrics import read_metrics
 from harnessrl.train import distributed
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE, stage_on_base
 
 TWO_NODES = ["stages.cpt.world_size=2", "stages.cpt.zero_stage=2", "stages.cpt.micro_batch_size=2"]
@@ -77,7 +78,7 @@ def test_the_gpu_recipes_trainjob_validates_and_carries_its_settings() -> None:
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 
     cfg = compose(["recipe=qwen_coder_7b"])
-    cluster = trainjob.Cluster.model_validate(cfg.stage_slice("cpt")["cluster"])
+    cluster = TrainJobSlice.model_validate(stage_slice(cfg, "cpt")["cluster"])
     body = trainjob.manifest("harnessrl-cpt-0", cluster, cfg.stages.cpt.world_size, Path("/models/j/out/.launch.json"))
     TrainerV1alpha1TrainJob.from_dict(body)  # the Trainer API's own model takes it back
     spec, res = body["spec"], cfg.infra.for_stage("cpt")
@@ -124,7 +125,7 @@ def test_whole_nodes_and_a_trainjob_are_required_past_one_node() -> None:
         compose(["recipe=qwen_coder_7b", "stages.cpt.world_size=12"])
     with pytest.raises(ConfigError, match=r"^stages\.cpt\.world_size: 16 ranks .* needs a TrainJob"):
         compose(["recipe=qwen_coder_7b", "infra.trainjob=null"])
-    assert "cluster" not in compose(["recipe=qwen_coder_7b"]).stage_slice("sft")  # 8 ranks: one node
+    assert "cluster" not in stage_slice(compose(["recipe=qwen_coder_7b"]), "sft")  # 8 ranks: one node
 
 
 def test_a_two_node_trainjob_trains_as_one_node_with_two_ranks(tiny_base: dict, tmp_path: Path, kube_api) -> None:

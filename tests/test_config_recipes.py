@@ -11,6 +11,7 @@ import pytest
 
 from harnessrl.cli import main
 from harnessrl.config import CONF_DIR, Config, ConfigError, compose
+from pipelines.routing import enabled_stages, stage_slice, training_nodes
 
 RECIPES = sorted(p.stem for p in (CONF_DIR / "recipe").glob("*.yaml"))
 
@@ -19,7 +20,7 @@ RECIPES = sorted(p.stem for p in (CONF_DIR / "recipe").glob("*.yaml"))
 def test_every_shipped_recipe_composes_and_validates(recipe: str) -> None:
     cfg = compose([f"recipe={recipe}"])
     assert cfg.name == recipe
-    assert cfg.enabled_stages()[0] == "base"
+    assert enabled_stages(cfg)[0] == "base"
     assert Config.model_validate(cfg.model_dump()) == cfg  # the dump round-trips
 
 
@@ -27,7 +28,7 @@ def test_default_recipe_is_tiny_and_builds_a_model_from_config() -> None:
     cfg = compose([])
     assert cfg.name == "tiny"
     assert cfg.model.path is None and cfg.model.arch is not None
-    assert cfg.enabled_stages() == ["base", "cpt", "sft", "rl", "long_horizon", "eval"]
+    assert enabled_stages(cfg) == ["base", "cpt", "sft", "rl", "long_horizon", "eval"]
 
 
 def test_gpu_recipe_expresses_cluster_settings() -> None:
@@ -42,7 +43,7 @@ def test_gpu_recipe_expresses_cluster_settings() -> None:
 
 
 def test_gpu_recipe_builds_the_context_policy_it_names() -> None:
-    """qwen_coder_7b's summary_trigger and summary_max_tokens reach the harness through the same code
+    """qwen_coder_7b's context trigger and summary cap reach the harness through the same code
     the tiny recipe runs (RLConfig.budgets)."""
 
     lh = compose(["recipe=qwen_coder_7b"]).stages.long_horizon
@@ -65,7 +66,7 @@ BAD_OVERRIDES = [
     ("stages.cpt.schedule=wavy", "stages.cpt.schedule", "'cosine', 'linear' or 'constant'"),
     ("model=medium", "model", "unknown option 'medium'"),
     ("recipe=huge", "recipe", "available: qwen_coder_7b, tiny, tiny_smoke"),
-    ("model.name=???", "model.name", "missing required value"),
+    ("data.name=???", "data.name", "missing required value"),
     ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
     ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
     ("stages.long_horizon.context.trigger=400", "stages.long_horizon.context", "must fit in the budget"),
@@ -80,13 +81,27 @@ BAD_OVERRIDES = [
     ("stages.long_horizon.env_workers=8", "stages.long_horizon", "env_workers=8 take effect only in mode async"),
     ("+stages.rl.placement.env.env=1", "stages.rl", "placement.env take effect only in mode async"),
     ("stages.rl.trainer_world_size=8", "stages.rl", "trainer_world_size=8 take effect only in mode async"),
+    ("stages.rl.max_staleness=2", "stages.rl", "max_staleness=2 take effect only in mode async"),
+    ("stages.long_horizon.max_staleness=0", "stages.long_horizon", "max_staleness=0 take effect only in mode async"),
+    ("engine.max_model_len=1024", "engine", "max_model_len=1024 take effect only with kind vllm"),
+    ("engine.tensor_parallel_size=2", "engine", "tensor_parallel_size=2 take effect only with kind vllm"),
+    ("engine.gpu_memory_utilization=0.5", "engine", "gpu_memory_utilization=0.5 take effect only with kind vllm"),
+    ("+model.name=tiny-llama", "model.name", "unknown field"),  # read by nothing, so no longer a field
 ]
+
+
+def test_settings_that_take_effect_elsewhere_are_accepted_there() -> None:
+    vllm = compose(["engine=vllm", "engine.max_model_len=1024", "engine.gpu_memory_utilization=0.5"]).engine
+    assert (vllm.max_model_len, vllm.gpu_memory_utilization) == (1024, 0.5)
+    assert compose(["engine.max_model_len=null", "engine.tensor_parallel_size=1"]).engine.kind == "hf"  # the defaults
+    assert compose(["stages.rl.mode=async", "stages.rl.max_staleness=0"]).stages.rl.max_staleness == 0
+    assert main(["config", "validate", "engine.max_model_len=1024"]) == 2  # the CLI's exit for a refused field
 
 
 def test_the_gpu_recipe_reads_as_it_runs() -> None:
     cfg = compose(["recipe=qwen_coder_7b"])  # async RL on a Ray fleet, one trainer rank; CPT on two nodes
     assert cfg.stages.rl.mode == cfg.stages.long_horizon.mode == "async"
-    assert cfg.stages.rl.trainer_world_size == 8 and cfg.training_nodes("cpt") == 2
+    assert cfg.stages.rl.trainer_world_size == 8 and training_nodes(cfg, "cpt") == 2
     with pytest.raises(ConfigError, match=r"trainer_world_size=8 with zero_stage=3"):
         compose(["recipe=qwen_coder_7b", "stages.rl.zero_stage=3"])
 
@@ -147,11 +162,40 @@ def test_config_show_prints_resolved_yaml_and_schema_is_json(capsys) -> None:
     assert set(schema["required"]) >= {"model", "data", "stages", "reward", "engine", "infra"}
 
 
+def test_config_schema_shows_the_defaults_a_run_gets(capsys) -> None:
+    """Each field's default is the composed recipe's value, with the same overrides as `config show`:
+    CPT and SFT share TrainConfig yet show their own, and a part the recipe sets is no longer null."""
+
+    def defaults(schema: dict, value: dict) -> None:  # every field's default equals the composed value
+        for name, prop in schema["properties"].items():
+            nested = next((b for b in [prop, *prop.get("anyOf", [])] if "properties" in b), None)
+            if nested is not None and isinstance(value[name], dict):
+                assert "default" not in prop, name
+                defaults(nested, value[name])
+            else:
+                assert prop["default"] == value[name], name
+
+    assert main(["config", "schema", "recipe=qwen_coder_7b", "stages.rl.max_turns=7"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    cfg = compose(["recipe=qwen_coder_7b", "stages.rl.max_turns=7"])
+    defaults(schema, cfg.model_dump(mode="json"))
+    stages = schema["properties"]["stages"]["properties"]
+    assert [stages[s]["properties"]["steps"]["default"] for s in ("cpt", "sft")] == [2000, 500]
+    assert stages["rl"]["properties"]["max_turns"]["default"] == 7
+    assert stages["sft"]["properties"]["length_buckets"]["default"] == [128]  # TrainConfig says []; the recipe 128
+    trainjob = schema["properties"]["infra"]["properties"]["trainjob"]
+    assert (
+        next(b for b in trainjob["anyOf"] if "properties" in b)["properties"]["runtime"]["default"]
+        == "torch-distributed"
+    )
+    assert main(["config", "schema", "stages.rl.steps=many"]) == 2  # a bad override: as every config command
+
+
 def test_stage_slices_keep_other_stages_config_out() -> None:
     a, b = compose([]), compose(["stages.rl.lr=0.001"])
     for stage in ("base", "cpt", "sft", "long_horizon", "eval"):
-        assert a.stage_slice(stage) == b.stage_slice(stage)
-    assert a.stage_slice("rl") != b.stage_slice("rl")
+        assert stage_slice(a, stage) == stage_slice(b, stage)
+    assert stage_slice(a, "rl") != stage_slice(b, "rl")
 
 
 def test_the_vllm_engine_is_refused_by_name_where_vllm_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:

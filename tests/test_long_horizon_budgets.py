@@ -13,6 +13,7 @@ from pathlib import Path
 from harnessrl.config import compose
 from harnessrl.data.build import read_jsonl
 from harnessrl.harness.context import SUMMARIZE_REQUEST
+from pipelines.routing import stage_slice
 
 
 def test_the_context_budgets_separate_terse_from_verbose_summaries(default_data: Path, tmp_path: Path) -> None:
@@ -22,7 +23,7 @@ def test_the_context_budgets_separate_terse_from_verbose_summaries(default_data:
     from harnessrl.stage import run_stage
 
     cfg = compose([])
-    run_stage("base", work, json.dumps(cfg.stage_slice("base")), str(default_data), "md5", None, str(tmp_path / "b"))
+    run_stage("base", work, json.dumps(stage_slice(cfg, "base")), str(default_data), "md5", None, str(tmp_path / "b"))
     model, tok = load(tmp_path / "b", "float32")
     count = lambda messages: PromptRenderer(tok, model.config.max_position_embeddings).count(messages, [])
     lh = cfg.stages.long_horizon

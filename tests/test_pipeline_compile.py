@@ -12,6 +12,7 @@ import yaml
 from harnessrl.cli import main
 from harnessrl.config import compose
 from harnessrl.data.build import folder_name
+from pipelines.routing import stage_slice
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,7 +55,7 @@ def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
     # hash: the cache key.
     assert rl_in["artifacts"]["data"]["taskOutputArtifact"] == {"outputArtifactKey": "dataset", "producerTask": "data"}
     params = rl_in["parameters"]
-    assert json.loads(params["config"]["runtimeValue"]["constant"]) == compose(["recipe=tiny"]).stage_slice("rl")
+    assert json.loads(params["config"]["runtimeValue"]["constant"]) == stage_slice(compose(["recipe=tiny"]), "rl")
     assert params["data_md5"]["taskOutputParameter"] == {"outputParameterKey": "Output", "producerTask": "data"}
     assert len(params["code_hash"]["runtimeValue"]["constant"]) == 64
 

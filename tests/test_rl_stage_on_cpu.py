@@ -16,6 +16,7 @@ from harnessrl.metrics import read_metrics
 from harnessrl.rewards.monitors import HackAlarm, read_incidents
 from harnessrl.rl import rollouts
 from harnessrl.stage import run_stage
+from pipelines.routing import stage_slice
 from tests.conftest import SMOKE, needs_bwrap
 
 pytestmark = [needs_bwrap, pytest.mark.usefixtures("answer_length_reward")]
@@ -26,7 +27,7 @@ VARIED = ["stages.rl.monitors.warmup_steps=0"]
 
 def rl_stage(tiny_base: dict[str, Path], out: Path, *overrides: str) -> Path:
     cfg = compose([*SMOKE, *VARIED, *overrides])
-    run_stage("rl", work, json.dumps(cfg.stage_slice("rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
+    run_stage("rl", work, json.dumps(stage_slice(cfg, "rl")), str(tiny_base["data"]), "md5", str(tiny_base["base"]),
               str(out))  # fmt: skip
     return out
 

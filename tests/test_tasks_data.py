@@ -6,19 +6,19 @@ import pytest
 from harnessrl.config import Budgets, DataConfig
 from harnessrl.data.build import build, corpus_files, read_jsonl
 from harnessrl.data.md5 import dvc_dir_md5
-from harnessrl.harness import sandbox as sb
 from harnessrl.harness.episode import AssistantTurn, run_task
 from harnessrl.tasks.expert import Expert
 from harnessrl.tasks.task import Task
 from tests.conftest import needs_bwrap
+
+# Every test builds a data folder, whose conversations are expert episodes in the sandbox.
+pytestmark = needs_bwrap
 
 CFG = DataConfig(name="t", dir="data", seed=5, num_repos=4, files_per_repo=3, num_sft=24, num_prompts=8, num_heldout=4)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    if sb._bwrap_path() is None or not sb._bwrap_works():
-        pytest.skip("bubblewrap missing or cannot create namespaces")
     return build(CFG, tmp_path_factory.mktemp("d") / "data")
 
 
@@ -67,7 +67,6 @@ def give_up(messages, tools, max_tokens):
     return AssistantTurn(text="no idea")
 
 
-@needs_bwrap
 def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_path):
     data = build(CFG.model_copy(update={"guess_share": 0.5, "num_sft": 64}), tmp_path / "data")
     guessed, looked = [], []

@@ -5,7 +5,6 @@ import shutil
 
 import pytest
 
-from harnessrl.harness import sandbox as sb
 from harnessrl.harness.sandbox import create_workspace, remove_workspace
 from harnessrl.io import tree_digest
 from harnessrl.tasks.checkers import answer_matches, make_checker, run_check
@@ -13,17 +12,13 @@ from harnessrl.tasks.expert import expert_trajectories, success_rates
 from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
 from harnessrl.tasks.suites import SUITES, build_suite
 from harnessrl.tasks.task import TaskFileError, load_suite, load_tasks
+from tests.conftest import needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(
-    sb._bwrap_path() is None or not sb._bwrap_works(), reason="bubblewrap missing or cannot create namespaces"
-)
 NUM = 8
 
 
 @pytest.fixture(scope="module")
 def suites(tmp_path_factory):
-    if sb._bwrap_path() is None or not sb._bwrap_works():
-        pytest.skip("bubblewrap missing or cannot create namespaces")
     root = tmp_path_factory.mktemp("suites")
     for name in SUITES:
         build_suite(name, root / name, seed=3, num=NUM)
@@ -40,6 +35,7 @@ def all_tasks(suite_dir):
     return load_suite(suite_dir, "train") + load_suite(suite_dir, "heldout")
 
 
+@needs_bwrap
 def test_same_seed_same_bytes(suites, tmp_path):
     for name in ("lookup", "edit", "long_horizon", "bugfix"):
         build_suite(name, tmp_path / name, seed=3, num=NUM)
@@ -48,6 +44,7 @@ def test_same_seed_same_bytes(suites, tmp_path):
     assert tree_digest(tmp_path / "other") != tree_digest(suites["lookup"])
 
 
+@needs_bwrap
 def test_splits_use_disjoint_repos(suites):
     for name, d in suites.items():
         train, held = load_suite(d, "train"), load_suite(d, "heldout")
@@ -57,6 +54,7 @@ def test_splits_use_disjoint_repos(suites):
         assert len({t.id for t in train + held}) == NUM
 
 
+@needs_bwrap
 def test_checkers_reject_unsolved_workspaces(suites, tmp_path):
     for name, d in suites.items():
         for i, task in enumerate(all_tasks(d)):
@@ -67,6 +65,7 @@ def test_checkers_reject_unsolved_workspaces(suites, tmp_path):
             remove_workspace(ws)
 
 
+@needs_bwrap
 def test_expert_solves_every_generated_task(expert_runs):
     rates = {name: success_rates(runs) for name, runs in expert_runs.items()}
     assert rates == {name: {name: 1.0} for name in SUITES}, [
@@ -74,6 +73,7 @@ def test_expert_solves_every_generated_task(expert_runs):
     ]
 
 
+@needs_bwrap
 def test_expert_makes_parallel_calls(expert_runs):
     for name in ("edit", "bugfix"):
         assert any(t.counts.parallel_turns > 0 for t in expert_runs[name]), name
@@ -83,12 +83,14 @@ def test_expert_makes_parallel_calls(expert_runs):
     assert all(len(t.turns[0].calls) == 2 for t in asked)  # grep and ask_user in one turn
 
 
+@needs_bwrap
 def test_lookup_conversations_are_short(expert_runs):
     for t in expert_runs["lookup"]:
         assert [m["role"] for m in t.messages] == ["system", "user", "assistant", "tool", "assistant"]
         assert sum(len(m["content"]) for m in t.messages) < 600  # ~100-150 tokens of the tiny BPE
 
 
+@needs_bwrap
 def test_long_horizon_needs_a_search_per_value(expert_runs):
     for t in expert_runs["long_horizon"]:
         values = t.outcome.details["expected"].split()
@@ -97,6 +99,7 @@ def test_long_horizon_needs_a_search_per_value(expert_runs):
         assert not any(v in t.messages[1]["content"] for v in values)
 
 
+@needs_bwrap
 def test_bugfix_originals_pass_and_mutants_fail(suites, tmp_path):
     d = suites["bugfix"]
     for i, task in enumerate(all_tasks(d)):
@@ -164,6 +167,7 @@ def test_answers_compare_as_values():
     assert not answer_matches("pkg/mod.py", "pkg/mod.py or pkg/other.py")
 
 
+@needs_bwrap
 def test_bad_task_file_names_the_field(suites, tmp_path):
     good = (suites["lookup"] / "tasks" / "train.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"

@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from harnessrl.cli.common import EXIT_BAD_INPUT
-from harnessrl.config import CONF_DIR
+from harnessrl.config import CONF_DIR, EvalConfig
+from harnessrl.config.compose import defaults_tree
 
 EVAL_EPILOG = """\
 examples:
@@ -24,8 +25,8 @@ Writes OUT/report.json, episodes.jsonl, report.md, report.html and PNG plots. Ex
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    # The defaults are the recipe's eval defaults, read from conf/: one source of truth.
-    d = yaml.safe_load((CONF_DIR / "stages" / "eval" / "default.yaml").read_text())
+    # The defaults are the recipe's eval defaults: EvalConfig's, with conf/'s eval group over them.
+    d = defaults_tree(EvalConfig) | yaml.safe_load((CONF_DIR / "stages" / "eval" / "default.yaml").read_text())
     p = sub.add_parser(
         "eval",
         help="run held-out task suites on a checkpoint or a served model, in the harness",
@@ -85,7 +86,7 @@ EVAL_FLAGS = {"seeds": "--seeds", "num_tasks": "--num-tasks", "temperature": "--
 def cmd_eval(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from harnessrl.config import EngineConfig, EvalConfig
+    from harnessrl.config import EngineConfig
     from harnessrl.engines.openai_client import EndpointError, served_model
     from harnessrl.engines.vllm import check_installed
     from harnessrl.io import tree_digest

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harnessrl.cli.common import EXIT_BAD_INPUT, add_overrides
 from harnessrl.config import compose
+from pipelines.routing import stage_slice
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,7 @@ def cmd_rl(args: argparse.Namespace) -> int:
     else:
         from components.long_horizon_rl import work
     out = args.output or Path("runs") / f"{args.stage}-{datetime.now():%Y%m%d-%H%M%S}"
-    slice_ = json.dumps(cfg.stage_slice(args.stage))
+    slice_ = json.dumps(stage_slice(cfg, args.stage))
     try:
         run_stage(args.stage, work, slice_, str(data.resolve()), dvc_dir_md5(data), str(args.checkpoint.resolve()),
                   str(out))  # fmt: skip

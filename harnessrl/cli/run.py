@@ -13,6 +13,7 @@ import yaml
 
 from harnessrl.cli.common import EXIT_BAD_INPUT, add_overrides
 from harnessrl.config import Config, compose
+from pipelines.routing import enabled_stages, runs_as_job, stage_slice
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -114,7 +115,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     cfg = _cluster_config(args)
     t0 = time.time()
     source = compile_pipeline(cfg, args.output, Path.cwd())
-    print(f"wrote {args.output} ({cfg.name}, {len(cfg.enabled_stages())} stages, {time.time() - t0:.2f}s)")
+    print(f"wrote {args.output} ({cfg.name}, {len(enabled_stages(cfg))} stages, {time.time() - t0:.2f}s)")
     if source.md5:
         print(f"data: version {source.md5}, pulled from {source.remote} by the data step")
     else:
@@ -131,11 +132,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         compile_pipeline(cfg, args.output, Path.cwd())
         print(f"# would submit {args.output} ({cfg.name}); the stages would create:")
-        for stage in cfg.enabled_stages():
-            if cfg.runs_as_job(stage):
+        for stage in enabled_stages(cfg):
+            if runs_as_job(cfg, stage):
                 job = trainjob if stage in ("cpt", "sft") else rayjob
                 print("---")
-                print(yaml.safe_dump(job.example(stage, cfg.stage_slice(stage)), sort_keys=False), end="")
+                print(yaml.safe_dump(job.example(stage, stage_slice(cfg, stage)), sort_keys=False), end="")
         return 0
     if not args.host:
         print("harnessrl: error: --host: required to submit (or --dry-run to submit nothing)", file=sys.stderr)

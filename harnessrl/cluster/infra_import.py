@@ -40,9 +40,9 @@ def overlay(base: dict, top: dict) -> dict:
     return out
 
 
-def _validated(model: type, data: dict, group: str) -> dict:
+def _validated(model: type, data: dict, group: str, exclude_defaults: bool = False) -> dict:
     try:
-        return model.model_validate(data).model_dump(mode="json")
+        return model.model_validate(data).model_dump(mode="json", exclude_defaults=exclude_defaults)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
@@ -80,7 +80,10 @@ def build(outputs: dict, name: str, conf_dir: Path, base: str) -> dict[str, dict
         infra["rayjob"] = _repool(infra["rayjob"], base_infra.get("resources", {}), infra["resources"])
     s3 = {k: v for k, v in yaml.safe_load((conf_dir / "store" / "s3.yaml").read_text()).items() if k != "defaults"}
     store = overlay(StoreConfig().model_dump() | s3, rendered.get("store", {}))
-    return {"infra": _validated(InfraConfig, infra, "infra"), "store": _validated(StoreConfig, store, "store")}
+    # As conf/ holds them: the infra whole, as gpu_cluster.yaml (its parts are absent by default, so
+    # each key is overridable only where the file states it); the store without its defaults, which
+    # compose already hands to Hydra (tests/test_config_defaults.py).
+    return {"infra": _validated(InfraConfig, infra, "infra"), "store": _validated(StoreConfig, store, "store", True)}
 
 
 def write(groups: dict[str, dict], name: str, conf_dir: Path, force: bool, source: str) -> list[Path]:

@@ -27,24 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.cluster import kube
-from harnessrl.config import PVCConfig, RayGroup, RayJobConfig, SecretEnv, Strict
+from harnessrl.config import RayGroup, RayJobSlice
 from harnessrl.stage import StageContext
+from harnessrl.train.spec import read_spec, resolve, write_spec
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 TARGETS = {"rl": "components.rl:work", "long_horizon": "components.long_horizon_rl:work"}
 
 
-class Cluster(Strict):
-    """The `rayjob` part of an RL stage's config slice (Config.stage_slice)."""
-
-    image: str
-    pvc: PVCConfig
-    secrets: list[SecretEnv]
-    timeout_s: int
-    rayjob: RayJobConfig
-
-
-def _pod(cluster: Cluster, group: RayGroup, container: str) -> dict:
+def _pod(cluster: RayJobSlice, group: RayGroup, container: str) -> dict:
     """One Ray pod template: the image, the group's resources and placement, the PVC and /dev/shm."""
     limits = {"nvidia.com/gpu": str(group.gpus)} if group.gpus else {}
     requests = {k: v for k, v in (("cpu", group.cpu), ("memory", group.memory)) if v}
@@ -81,7 +72,7 @@ def _start_params(group: RayGroup) -> dict[str, str]:
     return params
 
 
-def manifest(name: str, cluster: Cluster, spec: Path) -> dict:
+def manifest(name: str, cluster: RayJobSlice, spec: Path) -> dict:
     """The RayJob for one RL stage run."""
     ray = cluster.rayjob
     workers = [
@@ -122,7 +113,7 @@ def manifest(name: str, cluster: Cluster, spec: Path) -> dict:
 
 def example(stage: str, stage_slice: dict) -> dict:
     """The RayJob a stage would create, as `submit --dry-run` shows it (its name is a placeholder)."""
-    cluster = Cluster.model_validate(stage_slice["rayjob"])
+    cluster = RayJobSlice.model_validate(stage_slice["rayjob"])
     name = f"harnessrl-{stage.replace('_', '-')}-<run>"
     return manifest(name, cluster, Path(cluster.pvc.mount_path) / "harnessrl-jobs" / name / "out" / ".launch.json")
 
@@ -145,9 +136,7 @@ def verdict(obj: dict) -> tuple[bool | None, str]:
 
 def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
     """Run the RL stage `tag` as a RayJob; returns the driver's metrics."""
-    from harnessrl.train.launch import write_spec
-
-    cluster = Cluster.model_validate(ctx.cfg["rayjob"])
+    cluster = RayJobSlice.model_validate(ctx.cfg["rayjob"])
     name = kube.job_name(tag, ctx)
     job_ctx = kube.job_folder(cluster.pvc, name, ctx)
     # The driver runs the stage itself, not another RayJob.
@@ -168,8 +157,6 @@ def _driver(spec_path: str) -> None:
     """The RayJob's entrypoint: the stage's `work(ctx)` on the job's folder, seeded as run_stage seeds
     it; its metrics go to the result file that the stage's pod reads."""
     import torch
-
-    from harnessrl.train.launch import read_spec, resolve
 
     target, ctx, result = read_spec(spec_path)
     torch.manual_seed(ctx.cfg["seed"])

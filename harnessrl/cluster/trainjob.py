@@ -15,25 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.cluster import kube
-from harnessrl.config import PVCConfig, SecretEnv, StageResources, Strict, TrainJobConfig
+from harnessrl.config import TrainJobSlice
 from harnessrl.stage import StageContext
+from harnessrl.train.spec import write_spec
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 NODE = "node"  # the torch runtime's replicated job and container
 
 
-class Cluster(Strict):
-    """The `cluster` part of a stage's config slice (Config.stage_slice)."""
-
-    image: str
-    resources: StageResources
-    pvc: PVCConfig
-    secrets: list[SecretEnv]
-    trainjob: TrainJobConfig
-    nodes: int
-
-
-def manifest(name: str, cluster: Cluster, world_size: int, spec: Path) -> dict:
+def manifest(name: str, cluster: TrainJobSlice, world_size: int, spec: Path) -> dict:
     """The TrainJob, validated by the Trainer API's own models, as the dict the API server takes."""
     from kubeflow_trainer_api import models as m
 
@@ -98,7 +88,7 @@ def manifest(name: str, cluster: Cluster, world_size: int, spec: Path) -> dict:
 def example(stage: str, stage_slice: dict) -> dict:
     """The TrainJob a stage would create, as `submit --dry-run` shows it: its name and job folder are
     placeholders, since KFP names the stage's output only when the run starts."""
-    cluster = Cluster.model_validate(stage_slice["cluster"])
+    cluster = TrainJobSlice.model_validate(stage_slice["cluster"])
     name = f"harnessrl-{stage}-<run>"
     spec = Path(cluster.pvc.mount_path) / "harnessrl-jobs" / name / "out" / ".launch.json"
     return manifest(name, cluster, stage_slice["stage"]["world_size"], spec)
@@ -106,9 +96,7 @@ def example(stage: str, stage_slice: dict) -> dict:
 
 def run(target: str, ctx: StageContext, world_size: int, api: Any = None) -> dict:
     """Run `target` (module:function, as harnessrl/train/launch.py) as a TrainJob; returns rank 0's metrics."""
-    from harnessrl.train.launch import write_spec
-
-    cluster = Cluster.model_validate(ctx.cfg["cluster"])
+    cluster = TrainJobSlice.model_validate(ctx.cfg["cluster"])
     stage = target.split(":")[0].rsplit(".", 1)[-1]
     name = kube.job_name(stage, ctx)
     job_ctx = kube.job_folder(cluster.pvc, name, ctx)

@@ -1,36 +1,25 @@
-"""Run a training job on 1 process in-process, on N processes through torchrun, or across nodes.
+"""Run a training job on this machine: on 1 process in-process, or on N processes through torchrun.
 
-A job is `module:function(ctx, rank, world) -> metrics`, the same function in all three places, so
-the paths cannot drift apart. Rank 0's metrics come back. A stage whose config slice has a `cluster`
-part (its world_size spans several nodes) runs as a Kubeflow Trainer TrainJob
-(harnessrl/cluster/trainjob.py), whose pods run torchrun on this module's `_worker`.
+A job is `module:function(ctx, rank, world) -> metrics` (harnessrl/train/spec.py), the same function
+on one process, on N, and on every node of a job that runs `python -m harnessrl.train.launch SPEC`
+under torchrun, so the paths cannot drift apart. Rank 0's metrics come back. Where a stage trains is
+the stage's choice (components/cpt.py, components/sft.py), not this module's.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from harnessrl.stage import StageContext
 from harnessrl.train import distributed
-
-
-def resolve(target: str) -> Callable[..., dict]:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+from harnessrl.train.spec import read_spec, resolve, write_spec
 
 
 def launch(target: str, ctx: StageContext, world_size: int) -> dict:
-    if "cluster" in ctx.cfg:
-        from harnessrl.cluster import trainjob
-
-        return trainjob.run(target, ctx, world_size)
     if world_size == 1:
         rank, world = distributed.setup()
         return resolve(target)(ctx, rank, world)
@@ -45,16 +34,6 @@ def launch(target: str, ctx: StageContext, world_size: int) -> dict:
     spec.unlink()
     result.unlink()
     return metrics
-
-
-def write_spec(target: str, ctx: StageContext) -> tuple[Path, Path]:
-    """The job's description for its ranks, in the output folder every rank sees: (spec, result).
-    Across nodes that folder is shared storage (the pipeline root's PVC)."""
-    spec = ctx.out / ".launch.json"
-    result = ctx.out / ".launch-result.json"
-    fields = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(ctx).items()}
-    spec.write_text(json.dumps({"target": target, "ctx": fields, "result": str(result)}))
-    return spec, result
 
 
 def torchrun_command(
@@ -73,13 +52,6 @@ def torchrun_command(
         ]
     return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc_per_node}",
             "-m", "harnessrl.train.launch", str(spec)]  # fmt: skip
-
-
-def read_spec(spec_path: str | Path) -> tuple[str, StageContext, Path]:
-    """What `write_spec` wrote: (target, ctx, result path)."""
-    spec = json.loads(Path(spec_path).read_text())
-    ctx = StageContext(**{k: (v if k == "cfg" or v is None else Path(v)) for k, v in spec["ctx"].items()})
-    return spec["target"], ctx, Path(spec["result"])
 
 
 def _worker(spec_path: str) -> None:

@@ -1,0 +1,217 @@
+"""The model, its data, its rewards, the engine that samples it, and real-time RL's settings."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from harnessrl.config.base import Strict
+from harnessrl.config.stages import GateConfig
+
+
+class ArchConfig(Strict):
+    """A Llama-architecture model built from scratch (random init) from these dimensions.
+
+    Not Qwen2: transformers (and so vLLM) load every `qwen2` checkpoint with Qwen2Tokenizer, which
+    replaces the trained tokenizer's pre-tokenizer with Qwen's own. Train and serve would split text
+    differently. A Llama checkpoint's tokenizer loads exactly as tokenizer.json has it."""
+
+    vocab_size: int = Field(ge=300, description="BPE vocab incl. 256 bytes and special tokens")
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    tie_word_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ArchConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be divisible by num_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be divisible by num_kv_heads")
+        return self
+
+
+class ModelConfig(Strict):
+    """The model the chain starts from: a local checkpoint, or an architecture trained from scratch."""
+
+    path: str | None = Field(None, description="local Hugging Face model directory; never a hub id")
+    arch: ArchConfig | None = Field(None, description="dimensions of a model trained from scratch")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.path is None) == (self.arch is None):
+            raise ValueError("set exactly one of model.path (a local HF directory) or model.arch")
+        return self
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class LongHorizonDataConfig(Strict):
+    """The long-horizon suite's share of the data folder (harnessrl/tasks/long_horizon.py)."""
+
+    num_sft: int = Field(0, ge=0, description="expert conversations for SFT, each one row per context segment")
+    num_prompts: int = Field(0, ge=0, description="RL prompts")
+    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
+    tasks_per_repo: int = Field(4, gt=0)
+    facts_min: int = Field(3, ge=2, description="constants a task asks for, at least")
+    facts_max: int = Field(3, ge=2, description="constants a task asks for, at most")
+    verbose_share: float = Field(
+        0.7, ge=0, le=1, description="share of the expert's conversations whose summaries restate whole search results"
+    )
+    # The expert's harness, in its estimate of tokens (4 characters each): it summarizes after the
+    # second search (~107), and its verbose conversations need a second summary before the answer.
+    trigger: int = Field(
+        95, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
+    )
+    max_summaries: int = Field(2, ge=0, description="the expert's harness: summaries per episode")
+    max_turns: int = Field(8, gt=0, description="the expert's harness: turns per episode")
+
+    @model_validator(mode="after")
+    def _facts_range(self) -> LongHorizonDataConfig:
+        if self.facts_min > self.facts_max:
+            raise ValueError("facts_min must not exceed facts_max")
+        return self
+
+
+class DataConfig(Strict):
+    name: str
+    dir: str = Field(
+        description="where data folders live, relative to the repo root or absolute: each data config "
+        "gets its own subfolder `<name>-<config hash>`, tracked by DVC through `<subfolder>.dvc` next to it"
+    )
+    seed: int = 0
+    num_repos: int = Field(gt=0, description="generated Python repos in the code corpus")
+    files_per_repo: int = Field(gt=0)
+    num_sft: int = Field(gt=0, description="tool-call conversations for SFT")
+    num_prompts: int = Field(gt=0, description="RL prompts")
+    num_heldout: int = Field(gt=0, description="held-out eval prompts")
+    guess_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of 'what is the value' SFT conversations where the teacher answers 0 without "
+        "looking (always wrong): an imperfect expert, as real ones are, whose habit SFT copies and only "
+        "RL's outcome reward can correct",
+    )
+    long_horizon: LongHorizonDataConfig = Field(default_factory=LongHorizonDataConfig)
+
+
+# ----------------------------------------------------------------------------- reward, engine
+
+
+class LiveRewardConfig(Strict):
+    """Weights of the production signals (harnessrl/live/feedback.py), each a named reward component of
+    a served session. The logged turns' malformed calls and clarifying questions are charged with the
+    simulated rewards' own `malformed` and `clarify` weights."""
+
+    edit_kept: float = Field(1.0, ge=0, description="per edit still in the repository when checked")
+    edit_reverted: float = Field(-1.0, le=0, description="per edit the user undid")
+    accepted: float = Field(0.75, ge=0, description="per suggestion or answer accepted (Tab: +0.75)")
+    rejected: float = Field(-0.25, le=0, description="per suggestion or answer rejected (Tab: -0.25)")
+    dissatisfied: float = Field(-0.5, le=0, description="per dissatisfied follow-up")
+    latency: float = Field(-0.05, le=0, description="per second of latency the client reported")
+
+
+class RewardConfig(Strict):
+    """Weights of the named reward components; each is logged per trajectory."""
+
+    outcome: float = 1.0
+    malformed: float = Field(-1.0, le=0, description="per malformed turn: an explicit negative")
+    turns: float = Field(-0.02, le=0, description="per turn of a solved task")
+    tokens: float = Field(0.0, le=0, description="per 1k generated tokens of a solved task")
+    parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel, of a solved task")
+    clarify: float = Field(-0.1, le=0, description="per clarifying question beyond what the task needs")
+    summary_tokens: float = Field(-0.5, le=0, description="per 1k tokens of self-summaries, of a solved task")
+    overlong: float = Field(0.0, le=0, description="per episode that ran out of a budget instead of answering")
+    live: LiveRewardConfig = Field(default_factory=LiveRewardConfig, description="real-time RL's signals")
+
+
+class LiveMonitorConfig(Strict):
+    """Real-time RL's hack alarms, judged on each cycle's sessions (harnessrl/live/monitors.py). Real
+    users reward what they like, so a hack shows as reward flowing to behaviour the harness calls bad."""
+
+    malformed_max: float | None = Field(0.2, ge=0, le=1, description="share of a cycle's turns that were malformed")
+    clarify_max: float | None = Field(0.5, ge=0, description="clarifying questions per session")
+    rewarded_gap: float | None = Field(
+        0.0,
+        description="alarm when sessions with malformed calls (or with clarifying questions) earn a mean "
+        "feedback reward more than this above the others'",
+    )
+    min_sessions: int = Field(4, ge=1, description="sessions each side needs before rewarded_gap is judged")
+
+
+class LiveConfig(Strict):
+    """Stage 6, real-time RL (components/live_rl.py): the served model's sessions and their feedback
+    become on-policy RL steps, promoted only through the eval gate. The update itself is stages.rl's."""
+
+    off_policy: Literal["drop", "importance"] = Field(
+        "drop",
+        description="sessions a checkpoint other than the served one produced: dropped, or trained with the "
+        "logged behaviour logprobs' truncated importance weights (stages.rl.tis_cap)",
+    )
+    min_sessions: int = Field(
+        16, ge=2, description="a cycle with fewer ready sessions trains nothing and waits (advantages need two)"
+    )
+    max_sessions: int = Field(512, gt=0, description="the most sessions one cycle trains on (the oldest first)")
+    session_timeout_s: float = Field(
+        900.0, gt=0, description="a session with no outcome feedback this long after its last turn is used as is"
+    )
+    dissatisfied_patterns: list[str] = Field(
+        [r"\b(wrong|broken|still (fails|failing|wrong)|doesn'?t work|not what i)\b", r"\bundo\b"],
+        description="regexes (case-insensitive) that label a follow-up's text dissatisfied when it has no flag",
+    )
+    epochs: int = Field(
+        1,
+        gt=0,
+        description="passes of stages.rl's update over a cycle's turns; each token's importance weight "
+        "against its logged behaviour logprob is truncated at stages.rl.tis_cap",
+    )
+    every_s: float = Field(60.0, gt=0, description="`harnessrl live run`: seconds between cycles")
+    recurring_hours: int = Field(5, gt=0, description="on the cluster: hours between the recurring run's cycles")
+    gates: list[GateConfig] = Field(
+        [GateConfig(metric="success", tolerance=0.0), GateConfig(metric="malformed", tolerance=0.02)],
+        min_length=1,
+        description="the candidate against the served checkpoint on stages.eval's held-out suites",
+    )
+    monitors: LiveMonitorConfig = Field(default_factory=LiveMonitorConfig)
+    train_on_alarm: bool = Field(
+        False, description="false: a cycle whose sessions raise an alarm trains nothing (they are used up)"
+    )
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> LiveConfig:
+        for i, p in enumerate(self.dissatisfied_patterns):
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"dissatisfied_patterns[{i}]: not a regex ({e})") from None
+        return self
+
+
+class EngineConfig(Strict):
+    """What samples rollouts and eval episodes: hf (batched torch with a KV cache, harnessrl/engines/hf.py)
+    or vLLM (harnessrl/engines/vllm.py). The sizes are vLLM's."""
+
+    kind: Literal["hf", "vllm"] = "hf"
+    tensor_parallel_size: int = Field(1, gt=0, description="vllm: GPUs one engine spans")
+    max_model_len: int | None = Field(None, gt=0, description="vllm: the longest sequence; None: the model's context")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vllm: the share of GPU memory it may take")
+
+    @model_validator(mode="after")
+    def _every_setting_takes_effect(self) -> EngineConfig:
+        # The hf engine reads none of vLLM's sizes: a recipe that sets one would not run the way it reads.
+        if self.kind == "hf":
+            vllm_only = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
+            fields = type(self).model_fields
+            idle = [f"{f}={getattr(self, f)}" for f in vllm_only if getattr(self, f) != fields[f].default]
+            if idle:
+                raise ValueError(f"{' and '.join(idle)} take effect only with kind vllm (the hf engine reads none of "
+                                 "them): set kind: vllm, or leave them at their defaults")  # fmt: skip
+        return self
