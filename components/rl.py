@@ -39,15 +39,17 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     if not tasks:
         raise ValueError(f"stages.{tag}.suites: no prompts of {cfg.suites} in {ctx.data_dir / 'prompts.jsonl'}")
     budgets = cfg.budgets()
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    check_context(tasks, renderer, cfg, tag)
 
     # Where episodes come from: a Ray fleet (async), or this process, sampling on vLLM or on the
     # trainer's own model (sync).
-    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     if cfg.mode == "async":
         from harnessrl.rl.fleet import RayRollouts  # Ray loads only for async runs
 
         ray_dir = ctx.out.parent / ".ray"  # Ray's files next to the output, not in ~/.ray or /tmp/ray
-        rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, engine, dtype)
+        rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, engine, dtype, tag=tag,
+                               placement_timeout_s=ctx.cfg["placement_timeout_s"])  # fmt: skip
     elif engine.kind == "vllm":  # the engine gets the trainer's weights after every step
         from harnessrl.engines.vllm import VLLMEngine
 
@@ -81,7 +83,33 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
         "malformed": last["malformed"],
         "steps": cfg.steps,
         "policy_version": last["policy_version"],
+        "rollouts": type(rollouts).__name__,  # RayRollouts (async, on Ray) or LocalRollouts (sync)
+        "trainer_ranks": trainer.world,
     }
+
+
+def check_context(tasks: list, renderer, cfg: RLConfig, tag: str) -> None:
+    """Refuse to start when an episode's opening (system prompt, tool schemas, task) cannot leave room
+    for a turn: within the context budget and below the summary trigger, or the harness could only
+    end every episode at once (a real model's template writes every tool's schema into the prompt)."""
+    from harnessrl.harness.episode import prompt_messages
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.tools import select
+
+    task = max(tasks, key=lambda t: len(t.instruction) + len(t.tools))
+    opening = renderer.count(prompt_messages(task), render_tools(select(task.tools)))
+    turn = cfg.max_new_tokens
+    # (what bounds the context, its size, the room one turn needs on top of the opening)
+    limits = [("the model's context (max_position_embeddings)", renderer.context, turn)]
+    if cfg.context.budget is not None:
+        limits.append((f"stages.{tag}.context.budget", cfg.context.budget, turn))
+    if cfg.context.policy == "summarize":  # at the trigger the policy must have had a turn to summarize
+        limits.append((f"stages.{tag}.context.trigger", cfg.context.trigger, 1))
+    for name, size, room in limits:
+        if opening + room > size:
+            needs = f" plus a turn of stages.{tag}.max_new_tokens={turn}" if room > 1 else ""
+            raise ValueError(f"{name}: {size} tokens cannot hold the opening prompt of task {task.id} (system "
+                             f"prompt, {len(task.tools)} tool schemas, task: {opening} tokens){needs}")  # fmt: skip
 
 
 def rl(

@@ -54,6 +54,8 @@ def stage_slice(cfg: Config, stage: str) -> dict[str, Any]:
     if stage in ("rl", "long_horizon"):
         # Live RL's weights are not the stage's: changing them must not re-run it.
         out |= {"reward": cfg.reward.model_dump(exclude={"live"})}
+        if getattr(cfg.stages, stage).mode == "async":  # how long its fleet waits for nodes to place it on
+            out |= {"placement_timeout_s": infra.placement_timeout_s}
         if runs_as_rayjob(cfg, stage):
             # What the stage needs to create its RayJob (harnessrl/cluster/rayjob.py).
             job = RayJobSlice(image=infra.image, pvc=infra.pvc, secrets=infra.secrets,

@@ -72,6 +72,15 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_sft(tiny_base: dict[str, Path]) -> Path:
+    """The tiny base after 80 SFT steps (about 20 s): enough that most first turns open a tool call,
+    well formed or not, so episodes go on past their first turn (the base model answers at once)."""
+    out = tiny_base["root"] / "sft"
+    stage_on_base(tiny_base, "sft", out, [*SMOKE, "stages.sft.steps=80", "stages.sft.log_every=40"])
+    return out
+
+
+@pytest.fixture(scope="session")
 def smoke_data_root(tiny_base: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data.dir whose folder for the smoke recipe's data config is the tiny base's data."""
     from harnessrl.config import compose

@@ -82,6 +82,25 @@ def test_past_max_summaries_the_episode_ends_and_says_so(ctx):
     assert traj.outcome.stop_reason == "max_summaries"
 
 
+def test_no_summary_is_asked_for_before_a_turn(ctx):
+    """An opening (system prompt, tools, task) at the trigger leaves nothing to summarize: the episode
+    ends on its context budget at once, never with a summary of nothing (the stage refuses such a
+    config before it starts: components/rl.py check_context)."""
+    policy = Script([READ] * 5, summaries=["notes"] * 5)
+    traj = run_episode(policy, "q", TOOLS, ctx, system_prompt="s", count_tokens=per_message,
+                       budgets=Budgets(context=summarize(trigger=20)))  # fmt: skip
+    assert traj.turns == [] and policy.calls == [] and traj.outcome.stop_reason == "context_budget"
+
+
+def test_a_summary_that_fills_the_trigger_again_ends_the_episode(ctx):
+    # 3 messages after the summary (system, task, state) = 30 tokens: at the trigger before any turn.
+    policy = Script([READ] * 5, summaries=["notes"] * 5)
+    traj = run_episode(policy, "q", TOOLS, ctx, system_prompt="s", count_tokens=per_message,
+                       budgets=Budgets(context=summarize(trigger=30)))  # fmt: skip
+    assert [t.kind for t in traj.turns] == ["tool_calls", "summary"]
+    assert traj.outcome.stop_reason == "context_budget" and traj.counts.summaries == 1
+
+
 def test_a_malformed_or_capped_summary_is_recorded_never_dropped(ctx):
     bad = AssistantTurn(text=READ, token_ids=[1, 2], logprobs=[-0.1, -0.2], finish="length")
     policy = Script([READ, READ, "done"], summaries=[bad])

@@ -143,33 +143,35 @@ def test_a_crashed_async_run_resumes_from_its_saved_state(
 @needs_bwrap
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_long_horizon_trains_through_its_summaries_in_either_mode(
-    ray_session, tiny_base: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
+    ray_session, tiny_base: dict[str, Path], tiny_sft: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:  # fmt: skip
     """The long-horizon stage is the RL loop with a context policy: summaries are sampled by the rollout
     engines (on Ray in async mode), come back as turns of the trajectory, and are trained on. A trigger
-    below the opening prompt makes every episode summarize at once, until max_summaries ends it."""
+    49 tokens above the opening prompt (51 tokens) makes an episode summarize after each turn, and a
+    summary never comes before a turn. The briefly trained policy opens most turns with a tool call."""
     from components.long_horizon_rl import work as lh_work
     from harnessrl.rl import loop
 
     real = loop.reward_components
 
-    def by_summary_length(traj, weights, questions_needed=0):  # untrained weights: give the summaries a signal
+    def by_summary_length(traj, weights, questions_needed=0):  # untrained summaries: give them a signal
         first = next((t.text for t in traj.turns if t.kind == "summary"), "")
         return real(traj, weights, questions_needed) | {"summary_length": len(first) / 100}
 
     monkeypatch.setattr(loop, "reward_components", by_summary_length)
-    lh = ["stages.long_horizon.steps=2", "stages.long_horizon.context.budget=200", "stages.long_horizon.context.trigger=30",
+    lh = ["stages.long_horizon.steps=2", "stages.long_horizon.context.budget=400", "stages.long_horizon.context.trigger=100",
           "stages.long_horizon.context.summary_max_tokens=12", "stages.long_horizon.context.max_summaries=2",
           "stages.long_horizon.overlong_mask=false", f"stages.long_horizon.mode={mode}",
           "stages.long_horizon.monitors.warmup_steps=100"]  # fmt: skip
     cfg = compose([*SMOKE, *lh])
     out = tmp_path / "lh"
     run_stage("long_horizon", lh_work, json.dumps(stage_slice(cfg, "long_horizon")), str(tiny_base["data"]), "md5",
-              str(tiny_base["base"]), str(out))  # fmt: skip
+              str(tiny_sft), str(out))  # fmt: skip
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["summaries"] == 2.0 and r["ended/max_summaries"] == 1.0 for r in rows)
+    assert all(r["summaries"] > 0 and r["turns"] >= 1 for r in rows)  # every episode made a turn first
     assert all(0 < r["summary_tokens"] <= 12 for r in rows) and all(r["trained_tokens"] > 0 for r in rows)
     harness = json.loads((out / "harness.json").read_text())
-    assert harness["budgets"]["context"] == {"policy": "summarize", "budget": 200, "trigger": 30,
+    assert harness["budgets"]["context"] == {"policy": "summarize", "budget": 400, "trigger": 100,
                                              "summary_max_tokens": 12, "max_summaries": 2}  # fmt: skip

@@ -2,7 +2,7 @@
 
 The tiny model's template leaves the tool schemas out (its system prompt names the tools), which hid a
 bug: training re-rendered each turn's prompt without the tools, while the rollout rendered them. Here
-the tiny model gets a chat template built like Qwen2.5's, which writes every tool's JSON schema into the
+the tiny model gets the miniatures' chat template, built like Qwen2.5's, which writes every tool's JSON schema into the
 system prompt and groups tool responses into one user turn, and an RL rollout's training samples are
 checked token for token against what that template renders, turn by turn. Nothing is downloaded."""
 
@@ -15,36 +15,12 @@ from harnessrl.engines.hf import Completion, HFEngine
 from harnessrl.harness.episode import BASE_UID
 from harnessrl.harness.protocol import render_calls
 from harnessrl.model.checkpoint import build_from_arch, load
+from harnessrl.model.mini import QWEN_TEMPLATE
 from harnessrl.model.prompts import PromptRenderer
 from harnessrl.report.heldout import load_heldout
 from harnessrl.rl.loop import turn_samples
 from harnessrl.rl.rollouts import LocalRollouts
 from tests.conftest import SMOKE, needs_bwrap
-
-# Qwen2.5's layout: tools as JSON lines in <tools></tools> inside the system turn; consecutive tool
-# results in one user turn of <tool_response> blocks; structured calls as <tool_call> JSON.
-QWEN_STYLE = (
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
-    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
-    "\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (message.content or '') + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 
 
 class CallsFirst:
@@ -65,7 +41,7 @@ class CallsFirst:
 @needs_bwrap
 def test_training_prompt_ids_are_the_rollout_prompt_ids_turn_by_turn(tiny_base: dict[str, Path]) -> None:
     _, tok = load(tiny_base["base"])
-    tok.chat_template = QWEN_STYLE
+    tok.chat_template = QWEN_TEMPLATE
     # Room for the schemas, which the tiny BPE spends ~1500 tokens on: a fresh tiny model with 4k positions.
     arch = compose(SMOKE).model.arch.model_copy(update={"max_position_embeddings": 4096})
     model = build_from_arch(arch, tok.pad_token_id, seed=0)

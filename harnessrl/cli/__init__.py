@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harnessrl.cli import agent, config, data, eval, infra, lineage, live, report, rl, run, serve, tasks
+from harnessrl.cli import agent, config, data, eval, infra, lineage, live, model, report, rl, run, serve, tasks
 from harnessrl.cli.common import EXIT_BAD_INPUT
 from harnessrl.config import ConfigError
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_parser(sub)
     report.add_parser(sub)
     infra.add_parser(sub)
+    model.add_parser(sub)
     agent.add_parser(sub)
     serve.add_parser(sub)
     live.add_parser(sub)
@@ -68,6 +69,7 @@ COMMANDS = {
     "report": report.cmd_report,
     "agent": agent.cmd_agent,
     "infra": infra.cmd_infra,
+    "model": model.cmd_model,
     "serve": serve.cmd_serve,
     "live": live.cmd_live,
 }

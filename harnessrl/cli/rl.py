@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harnessrl.cli.common import EXIT_BAD_INPUT, add_overrides
 from harnessrl.config import compose
+from harnessrl.rl import placement
 from pipelines.routing import stage_slice
 
 
@@ -44,6 +45,7 @@ def cmd_rl(args: argparse.Namespace) -> int:
     from harnessrl.stage import run_stage
 
     cfg = compose(args.overrides)  # validates before anything is written
+    placement.preflight(cfg)  # a placement this machine's Ray never offers would leave actors pending
     if not (args.checkpoint / "config.json").is_file():
         print(f"harnessrl: error: --checkpoint {args.checkpoint}: not a Hugging Face checkpoint", file=sys.stderr)
         return EXIT_BAD_INPUT

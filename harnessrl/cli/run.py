@@ -13,6 +13,7 @@ import yaml
 
 from harnessrl.cli.common import EXIT_BAD_INPUT, add_overrides
 from harnessrl.config import Config, compose
+from harnessrl.rl import placement
 from pipelines.routing import enabled_stages, runs_as_job, stage_slice
 
 
@@ -81,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         overrides, pipeline_root, data_root = args.overrides, args.pipeline_root, Path.cwd()
     cfg = compose(overrides)  # validates before anything is written
+    placement.preflight(cfg)  # a placement this machine's Ray never offers would leave actors pending
     run_dir = run_dir if args.resume else args.output_dir or Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
     t0 = time.time()
     try:

@@ -292,6 +292,7 @@ def run_episode(
     compactions: list[Compaction] = []
     counts = Counts()
     segment = 0
+    segment_turns = 0  # counts.turns when the current segment began
     last_ids: list[int] = []  # the previous turn's prompt and completion, for the prompt delta
     final_answer: str | None = None
     request = {"role": "user", "content": SUMMARIZE_REQUEST}
@@ -329,6 +330,9 @@ def run_episode(
         if managed.counts_tokens:
             used = count(context, rendered_tools)
             if managed.policy == "summarize" and used >= managed.trigger:  # type: ignore[operator]
+                if counts.turns == segment_turns:  # no turn since the segment began: nothing to summarize,
+                    stop = "context_budget"  # the opening (and summary) alone fill the context
+                    break
                 if counts.summaries >= managed.max_summaries:
                     stop = "max_summaries"
                     break
@@ -353,7 +357,7 @@ def run_episode(
                 transcript.extend([asked[-1], {"role": "assistant", "content": record.text}])
                 context[:] = opening
                 add(state)
-                segment += 1
+                segment, segment_turns = segment + 1, counts.turns
                 compactions.append(Compaction(kind="summarize", before_turn=len(turns), message=len(transcript) - 1,
                                               tokens_before=used, tokens_after=count(context, rendered_tools),
                                               summary_turn=record.index))  # fmt: skip

@@ -39,6 +39,7 @@ from harnessrl.engines.hf import Completion
 from harnessrl.engines.weights import weights_blob
 from harnessrl.harness.episode import BASE_UID, Trajectory
 from harnessrl.model.prompts import PromptRenderer
+from harnessrl.rl import placement
 from harnessrl.rl.rollouts import Rollout, run_group
 from harnessrl.tasks.task import Task
 
@@ -213,11 +214,22 @@ class RayRollouts:
         threads: int | None = 1,
         rollout_options: dict[str, Any] | None = None,
         env_options: dict[str, Any] | None = None,
+        tag: str = "rl",
+        placement_timeout_s: float = 600.0,
     ) -> None:
         from transformers import AutoConfig
 
         self.cfg = cfg
         self._started = start_ray(ray_dir)
+        # Every group must fit before any actor is created: an actor Ray cannot place waits forever.
+        # A cluster we joined may still be bringing up nodes; a local session never grows.
+        try:
+            placement.check(tag, placement.groups_of(cfg), placement.ray_nodes,
+                            can_grow=bool(os.environ.get("RAY_ADDRESS")), timeout_s=placement_timeout_s)  # fmt: skip
+        except BaseException:
+            if self._started:
+                ray.shutdown()
+            raise
         context = AutoConfig.from_pretrained(model_path, local_files_only=True).max_position_embeddings
         # The loop keeps prompts_per_step * (1 + max_staleness) groups in flight, overshooting by less
         # than one step's worth; every EnvWorker thread runs one group, plus one for control calls.

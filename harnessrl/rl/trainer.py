@@ -328,10 +328,10 @@ class TrainerGroup:
 
         if not ray.is_initialized():
             raise RuntimeError("stages.*.trainer_world_size > 1 needs Ray: the async fleet starts it")
-        self.model, world = model, cfg.trainer_world_size
+        self.model, self.world = model, cfg.trainer_world_size
         actor = ray.remote(TrainerRank).options(**actor_options(cfg.placement.trainer))
         shared = ray.put(model), ray.put(reference)  # one copy in the object store for every rank
-        self.ranks = [actor.remote(r, world, shared[0], shared[1], cfg, pad, seed, threads) for r in range(world)]
+        self.ranks = [actor.remote(r, self.world, *shared, cfg, pad, seed, threads) for r in range(self.world)]
         try:
             addr, port = ray.get(self.ranks[0].address.remote())
             ray.get([rank.setup.remote(addr, port) for rank in self.ranks])

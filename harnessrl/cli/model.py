@@ -1,0 +1,77 @@
+"""`harnessrl model mini`: a real model's architecture at CPU sizes, built here with random weights."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from harnessrl.cli.common import EXIT_BAD_INPUT
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "model",
+        help="build a miniature of a real model, to run a GPU recipe's code paths on a CPU",
+        description="Build a model folder with a real model's architecture at CPU sizes: random weights, a "
+        "byte-level BPE trained on local text with the real tokenizer's split, and a chat template laid out "
+        "like the real one (tools rendered into the system prompt). Nothing is downloaded. A recipe reads it "
+        "from model.path, as it reads the real model.",
+        epilog="example:\n  harnessrl model mini --like qwen_coder_7b -o /tmp/qwen-mini\n"
+        "  harnessrl run recipe=qwen_coder_7b_mini model.path=/tmp/qwen-mini",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    model_sub = p.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
+    mini = model_sub.add_parser("mini", help="build a miniature (see `harnessrl model --help`)")
+    mini.add_argument("--like", required=True, metavar="MODEL", help="the real model to copy, e.g. qwen_coder_7b")
+    mini.add_argument("-o", "--output", required=True, type=Path, metavar="DIR", help="the folder to write (new)")
+    mini.add_argument(
+        "--data",
+        type=Path,
+        metavar="DATA_DIR",
+        help="a data folder (`harnessrl data build`) whose code corpus and SFT conversations train the "
+        "tokenizer; default: freshly generated repositories",
+    )
+    mini.add_argument("--seed", type=int, default=0, help="of the weights and generated text (default: 0)")
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from harnessrl.model.mini import LIKE, build_mini
+
+    if args.like not in LIKE:
+        print(f"harnessrl: error: --like: no miniature of {args.like!r} (known: {', '.join(sorted(LIKE))})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    if args.output.exists():
+        print(
+            f"harnessrl: error: {args.output}: already exists (the model is written to a new folder)", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    if args.data is not None and not (args.data / "sft.jsonl").is_file():
+        print(f"harnessrl: error: --data {args.data}: not a data folder (no sft.jsonl)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = build_mini(args.like, tokenizer_texts(args.data, args.seed), args.output, args.seed)
+    print(f"wrote {out}")
+    return 0
+
+
+def tokenizer_texts(data_dir: Path | None, seed: int) -> list[str]:
+    """What the tokenizer learns from: a data folder's corpus and conversations, or generated code;
+    either way the harness's tool schemas too, which the chat template writes into every prompt."""
+    import json
+
+    from harnessrl.data.build import corpus_files, read_jsonl
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.tools import ALL_TOOLS
+    from harnessrl.model.tokenizer import segments
+    from harnessrl.tasks.repogen import generate_repo
+
+    schemas = [json.dumps(t) for t in render_tools(ALL_TOOLS)]
+    if data_dir is not None:
+        texts = [p.read_text() for p in corpus_files(data_dir)]
+        texts += ["".join(t for t, _ in segments(row["messages"])) for row in read_jsonl(data_dir / "sft.jsonl")]
+        return texts + schemas
+    rng = random.Random(seed)
+    repos = [generate_repo(rng, num_files=8) for _ in range(40)]
+    return [text for repo in repos for text in repo.files.values()] + schemas

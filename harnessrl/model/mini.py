@@ -1,0 +1,129 @@
+"""A miniature of a real model: its architecture at CPU sizes, random weights, built here.
+
+`harnessrl model mini --like qwen_coder_7b -o DIR` writes a Hugging Face folder that loads exactly as
+the real checkpoint does: `model_type: qwen2` (so transformers and vLLM pick their Qwen2 classes), a
+byte-level BPE trained on the text it is given, and a chat template laid out like Qwen2.5's, which
+writes every tool's JSON schema into the system prompt. A recipe then reads it from `model.path`,
+the real model's path through the code, and only the sizes differ.
+
+The tokenizer is trained with Qwen2's own pre-tokenizer. transformers loads every `qwen2` checkpoint
+with Qwen2Tokenizer, which rebuilds the pre-tokenizer as Qwen's, whatever tokenizer.json says; a
+tokenizer trained with another split would then encode text differently from how it was trained.
+Nothing is downloaded: the weights are random and the tokenizer is trained on local text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from harnessrl.model.tokenizer import EOS, IM_END, IM_START, PAD, TAG_TOKENS
+
+# Qwen2.5's layout: the system prompt, then every tool as a JSON line inside <tools></tools>; tool
+# results grouped into one user turn of <tool_response> blocks; calls as <tool_call> JSON lines.
+QWEN_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (message.content or '') + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Qwen2Tokenizer's split (transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX).
+QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+# The miniatures: each real model's architecture at sizes a 2-core CPU trains in seconds a step.
+# The miniature's head dim is 32 (64 / 2), which vLLM's CPU attention has kernels for; one kv head
+# for two query heads is grouped-query attention, as the real model has.
+LIKE = {
+    "qwen_coder_7b": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 4096,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 1024,
+    },
+    # Qwen2.5-0.5B's dimensions, for a first run on a GPU (bench/gpu_check.py): memory and speed at a real
+    # width and depth. Its vocabulary is what the local BPE learns (at most 32k), not Qwen's 152k.
+    "qwen2_0_5b": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": True,
+        "vocab_size": 32768,
+    },
+}
+
+
+def train_qwen_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE split as Qwen2Tokenizer splits, with the chat markers as special tokens and
+    the tool-call tags as single tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS, PAD, IM_START, IM_END, *TAG_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def build_mini(like: str, texts: Iterable[str], out: Path | str, seed: int = 0) -> Path:
+    """Write a miniature of `like` into `out` (created; it must not exist yet). Returns `out`."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+    from harnessrl.io import atomic_dir
+    from harnessrl.model.checkpoint import save
+
+    if like not in LIKE:
+        raise ValueError(f"--like: no miniature of {like!r} (known: {', '.join(sorted(LIKE))})")
+    dims = LIKE[like]
+    bpe = train_qwen_bpe(texts, dims["vocab_size"])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=IM_END,
+        pad_token=PAD,
+        additional_special_tokens=[EOS, IM_START],
+        chat_template=QWEN_TEMPLATE,
+    )
+    config = Qwen2Config(**(dims | {"vocab_size": len(tok)}), pad_token_id=tok.pad_token_id)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with atomic_dir(out) as tmp:
+        save(model, tok, tmp)
+    return Path(out)
