@@ -91,7 +91,6 @@ def bench_async_vs_sync(args: argparse.Namespace, root: Path) -> None:
         f"stages.rl.steps={args.steps}",
         f"stages.rl.prompts_per_step={args.prompts}",
         f"stages.rl.group_size={args.group}",
-        f"stages.rl.max_staleness={args.staleness}",
     ]
     latency = (args.median_s, args.sigma)
     runs: dict[str, tuple[float, list[dict]]] = {}
@@ -102,7 +101,8 @@ def bench_async_vs_sync(args: argparse.Namespace, root: Path) -> None:
     )
     try:
         runs["async"] = rl_run(
-            base, root / "async", [*common, "stages.rl.mode=async", f"stages.rl.env_workers={args.env_workers}"]
+            base, root / "async", [*common, "stages.rl.mode=async", f"stages.rl.env_workers={args.env_workers}",
+                                   f"stages.rl.max_staleness={args.staleness}"]
         )
     finally:
         ray.shutdown()
