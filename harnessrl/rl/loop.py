@@ -242,7 +242,7 @@ def questions_needed(r: Rollout) -> int:
     return int(r.task.user is not None)
 
 
-def reward(traj: Trajectory) -> float:
+def episode_reward(traj: Trajectory) -> float:
     """An episode's reward: the sum of the components its scoring stored on it."""
     return sum(traj.reward_components.values())
 
@@ -250,7 +250,7 @@ def reward(traj: Trajectory) -> float:
 def uniform(group: list[Rollout]) -> bool:
     """Whether every episode of a group got the same reward: its advantages are all zero, so it
     teaches nothing. At success rate p a group of G is uniform with chance p^G + (1-p)^G."""
-    return len({reward(r.trajectory) for r in group}) == 1
+    return len({episode_reward(r.trajectory) for r in group}) == 1
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, normalization: str = "grpo") -> torch.Tensor:
@@ -283,7 +283,7 @@ def score(groups: list[list[Rollout]], cfg: RLConfig) -> Scored:
     zeroes an advantage after the group's baseline is taken, so the episode still counts towards what
     its group expected."""
     rollouts = [r for g in groups for r in g]
-    rewards = torch.tensor([reward(r.trajectory) for r in rollouts])
+    rewards = torch.tensor([episode_reward(r.trajectory) for r in rollouts])
     adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
     overlong = torch.tensor([r.trajectory.outcome.stop_reason in OVERLONG for r in rollouts])
     masked = int(overlong.sum()) if cfg.overlong_mask else 0
