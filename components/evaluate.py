@@ -26,21 +26,33 @@ def work(ctx: StageContext) -> dict:
     check_installed(engine.kind)
     tasks = load_heldout(ctx.data_dir, cfg.suites, cfg.num_tasks)
     lineage = list(reversed(chain(ctx.parent)))  # base first
+    dtype = ctx.cfg["model"]["dtype"]
     results, episodes = [], []
-    for path, manifest in lineage:
-        stage, ckpt = manifest["stage"], manifest["id"]
-        rows = [
-            {"stage": stage, "checkpoint": ckpt} | r
-            for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, ctx.cfg["model"]["dtype"], engine)
-        ]
-        res = checkpoint_result(stage, ckpt, manifest.get("manifest_hash"), str(path), rows, cfg)
-        results.append(res)
-        episodes += rows
-        print(
-            f"[eval] {stage:<13} {ckpt[:12]} success {res['success']:.3f} malformed {res['malformed']:.3f} "
-            f"turns {res['turns']:.2f} ({len(rows)} episodes)",
-            flush=True,
-        )
+    # One vLLM engine for the whole chain: every checkpoint has the base's architecture and tokenizer,
+    # so each takes its turn by loading its weights in place, not by an engine start of its own.
+    vllm = None
+    if engine.kind == "vllm":
+        from harnessrl.engines.vllm import VLLMEngine
+
+        vllm = VLLMEngine(lineage[0][0], engine, dtype, cfg.temperature)
+    try:
+        for path, manifest in lineage:
+            stage, ckpt = manifest["stage"], manifest["id"]
+            rows = [
+                {"stage": stage, "checkpoint": ckpt} | r
+                for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, dtype, engine, vllm)
+            ]
+            res = checkpoint_result(stage, ckpt, manifest.get("manifest_hash"), str(path), rows, cfg)
+            results.append(res)
+            episodes += rows
+            print(
+                f"[eval] {stage:<13} {ckpt[:12]} success {res['success']:.3f} malformed {res['malformed']:.3f} "
+                f"turns {res['turns']:.2f} ({len(rows)} episodes)",
+                flush=True,
+            )
+    finally:
+        if vllm is not None:
+            vllm.close()
     verdicts = check_gates(results, cfg.gates)
     chain_paths = [(m["stage"], str(p)) for p, m in lineage]
     training = training_rows(chain_paths)

@@ -130,3 +130,29 @@ def test_eval_on_vllm_gives_the_hf_engines_episodes(tiny_base: dict[str, Path], 
             {k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / kind / "episodes.jsonl")
         ]
     assert len(rows["hf"]) == 6 and rows["vllm"] == rows["hf"]
+
+
+@needs_bwrap
+def test_one_engine_for_the_chain_gives_each_checkpoints_own_episodes(
+    tiny_base: dict[str, Path], tiny_sft: Path
+) -> None:
+    """Eval runs the whole chain on one vLLM engine, each checkpoint's weights loaded in place: the SFT
+    checkpoint's episodes are those of an engine started from it, row by row (greedy)."""
+    from harnessrl.config import EvalConfig
+    from harnessrl.report.episodes import checkpoint_rows
+    from harnessrl.report.heldout import load_heldout
+
+    cfg = EvalConfig(suites=["lookup"], seeds=[0], num_tasks=6, max_new_tokens=16, max_turns=2)
+    engine = EngineConfig(kind="vllm")
+    tasks = load_heldout(tiny_base["data"], ["lookup"], 6)
+
+    def rows(vllm=None) -> list[dict]:
+        got = checkpoint_rows(tiny_sft, tasks, tiny_base["data"], cfg, "float32", engine, vllm)
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in got]
+
+    fresh = rows()
+    chain = VLLMEngine(tiny_base["base"], engine, "float32", cfg.temperature)  # started from the base
+    try:
+        assert rows(chain) == fresh and len(fresh) == 6
+    finally:
+        chain.close()

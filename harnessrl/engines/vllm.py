@@ -148,6 +148,12 @@ class VLLMEngine:
         self.version = version
         return version
 
+    def load_folder(self, path: Path | str) -> None:
+        """Load another checkpoint of the same architecture and tokenizer in place (eval's chain): one
+        engine for every checkpoint, instead of an engine start each."""
+        self.llm.collective_rpc("load_folder", args=(str(path),))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+
     def close(self) -> None:
         """Stop the engine's processes now (rather than at interpreter exit)."""
         self.llm.llm_engine.engine_core.shutdown()

@@ -24,10 +24,12 @@ def checkpoint_trajectories(
     dtype: str,
     engine: EngineConfig | None = None,
     budgets=None,
+    vllm=None,
 ) -> list[tuple[int, Task, Any]]:
     """(seed, task, trajectory) for every task under every seed with a local HF checkpoint, batched one
     generate per turn, on the `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL
-    rolls out. `budgets` defaults to the eval's own (EvalConfig.budgets)."""
+    rolls out. `budgets` defaults to the eval's own (EvalConfig.budgets). A running VLLMEngine given as
+    `vllm` takes the checkpoint's weights in place and stays open; otherwise one is started and closed."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.harness.episode import BASE_UID
     from harnessrl.model.checkpoint import load
@@ -36,10 +38,13 @@ def checkpoint_trajectories(
 
     model, tok = load(path, dtype)
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    own = vllm is None  # an engine this call starts, so closes
     if engine is not None and engine.kind == "vllm":
         from harnessrl.engines.vllm import VLLMEngine
 
-        sampler = VLLMEngine(path, engine, dtype, cfg.temperature)
+        sampler = VLLMEngine(path, engine, dtype, cfg.temperature) if own else vllm
+        if not own:
+            sampler.load_folder(path)
     else:
         from harnessrl.engines.hf import HFEngine
 
@@ -52,18 +57,24 @@ def checkpoint_trajectories(
             trajs, _ = run_group(tasks, data_dir, budgets, renderer, sampler.generate, seed, uids)
             out += [(seed, t, tr) for t, tr in zip(tasks, trajs, strict=True)]
     finally:
-        if engine is not None and engine.kind == "vllm":
+        if engine is not None and engine.kind == "vllm" and own:
             sampler.close()
     return out
 
 
 def checkpoint_rows(
-    path: Path | str, tasks: list[Task], data_dir: Path, cfg: EvalConfig, dtype: str, engine: EngineConfig | None = None
+    path: Path | str,
+    tasks: list[Task],
+    data_dir: Path,
+    cfg: EvalConfig,
+    dtype: str,
+    engine: EngineConfig | None = None,
+    vllm=None,
 ) -> list[dict]:
     """checkpoint_trajectories as one compact row per episode."""
     return [
         episode_row(tr, t.suite, seed)
-        for seed, t, tr in checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine)
+        for seed, t, tr in checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine, vllm=vllm)
     ]
 
 
