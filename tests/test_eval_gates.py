@@ -40,7 +40,7 @@ def fake_chain(root: Path) -> Path:
 
 @pytest.fixture
 def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    def rows(path, tasks, data_dir, cfg, dtype, engine=None):
+    def rows(path, tasks, data_dir, cfg, dtype, engine=None, vllm=None):
         solved = SOLVED[Path(path).name]
         return [{"suite": t.suite, "task_id": t.id, "seed": s, "success": i < solved, "stop_reason": "final",
                  "turns": 1 + i % 3, "tool_calls": 1, "parallel_turns": 0, "malformed_turns": 0, "asked": False,
