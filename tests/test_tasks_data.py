@@ -14,7 +14,7 @@ from tests.conftest import needs_bwrap
 # Every test builds a data folder, whose conversations are expert episodes in the sandbox.
 pytestmark = needs_bwrap
 
-CFG = DataConfig(name="t", dir="data", seed=5, num_repos=4, files_per_repo=3, num_sft=24, num_prompts=8, num_heldout=4)
+CFG = DataConfig(name="t", dir="data", seed=5, sources=[{"name": "generated", "generated": {"num_repos": 4, "files_per_repo": 3}}], num_sft=24, num_prompts=8, num_heldout=4)
 
 
 @pytest.fixture(scope="module")

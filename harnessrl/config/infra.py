@@ -98,8 +98,10 @@ class InfraConfig(Strict):
     )
     rayjob: RayJobConfig | None = Field(None, description="how async RL runs on a cluster; None: in the stage's pod")
     placement_timeout_s: float = Field(
-        600, gt=0, description="how long async RL waits for Ray nodes that offer its placement, on a cluster that "
-        "can still grow (a RayJob's workers, an autoscaler), before it fails naming what is missing"
+        600,
+        gt=0,
+        description="how long async RL waits for Ray nodes that offer its placement, on a cluster that "
+        "can still grow (a RayJob's workers, an autoscaler), before it fails naming what is missing",
     )
 
     @model_validator(mode="after")

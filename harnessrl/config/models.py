@@ -80,6 +80,74 @@ class LongHorizonDataConfig(Strict):
         return self
 
 
+class GeneratedConfig(Strict):
+    """Generated Python repos (harnessrl/tasks/repogen.py): the tiny recipe's world, a quarter held out by repo."""
+
+    num_repos: int = Field(gt=0, description="generated Python repos")
+    files_per_repo: int = Field(gt=0)
+
+
+SOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class SourceConfig(Strict):
+    """One source of code: a repository (mined for tasks and read into the corpus), or generated repos.
+
+    `path` is a local directory or git checkout, an archive on the store (`s3://bucket/key.tar.gz`),
+    `stdlib:NAME` (a package of the standard library of the Python that builds the data) or
+    `site:NAME` (an installed package). A whole source is train or held out: no held-out source is
+    ever trained on, in the corpus or in SFT."""
+
+    name: str = Field(pattern=SOURCE_NAME, description="unique among data.sources; names its folder")
+    path: str | None = Field(None, description="dir, git checkout, s3://....tar.gz, stdlib:NAME or site:NAME")
+    generated: GeneratedConfig | None = Field(None, description="generated repos instead of a path")
+    revision: str | None = Field(None, description="a git checkout's commit to read (default: HEAD)")
+    license: str | None = Field(None, description="recorded with the data version (SPDX id, e.g. PSF-2.0)")
+    include: list[str] = Field(["**/*.py"], min_length=1, description="globs of files to read, from the root")
+    exclude: list[str] = Field([], description="globs of files to skip, from the root")
+    split: Literal["train", "heldout"] = "train"
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SourceConfig:
+        if (self.path is None) == (self.generated is None):
+            raise ValueError(f"source {self.name!r}: set exactly one of path or generated")
+        if self.generated is not None:
+            # Generated repos hold a quarter out by repo, and have no revision or license to record.
+            fields = type(self).model_fields
+            idle = [f for f in ("revision", "license", "include", "exclude", "split")
+                    if getattr(self, f) != fields[f].default]  # fmt: skip
+            if idle:
+                raise ValueError(f"source {self.name!r}: {', '.join(idle)} apply to a path, not generated repos")
+        elif self.revision is not None and self.path.startswith(("s3://", "stdlib:", "site:")):
+            raise ValueError(f"source {self.name!r}: revision is for a git checkout, not {self.path}")
+        return self
+
+
+class CorpusFileConfig(Strict):
+    """Code-dataset shards, as The Stack v2 and StarCoderData ship them: Parquet or JSONL files with a
+    text column. `path` is a file, a directory of them or a glob, local or on the store (s3://)."""
+
+    path: str
+    format: Literal["parquet", "jsonl"]
+    text_field: str = Field("content", min_length=1, description="the column that holds a file's text")
+    path_field: str | None = Field(None, description="the column that holds a file's path, for the filters")
+
+
+class CorpusFilterConfig(Strict):
+    """Which files enter the CPT corpus (harnessrl/data/corpus.py); every drop is counted by reason."""
+
+    extensions: list[str] = Field([".py"], min_length=1, description="files of sources kept by suffix")
+    max_file_bytes: int = Field(100_000, gt=0, description="larger files are left out")
+    near_dup_threshold: float = Field(
+        0.85, gt=0, le=1, description="MinHash Jaccard estimate above which a file is a near-duplicate"
+    )
+    shard_files: int = Field(2000, gt=0, description="files per corpus shard")
+
+
+# Suites that can be mined from a real source (harnessrl/tasks/mine.py), and from generated repos.
+MINED_SUITES = ("lookup", "long_horizon", "edit", "lint", "bugfix")
+
+
 class DataConfig(Strict):
     name: str
     dir: str = Field(
@@ -87,11 +155,15 @@ class DataConfig(Strict):
         "gets its own subfolder `<name>-<config hash>`, tracked by DVC through `<subfolder>.dvc` next to it"
     )
     seed: int = 0
-    num_repos: int = Field(gt=0, description="generated Python repos in the code corpus")
-    files_per_repo: int = Field(gt=0)
-    num_sft: int = Field(gt=0, description="tool-call conversations for SFT")
-    num_prompts: int = Field(gt=0, description="RL prompts")
-    num_heldout: int = Field(gt=0, description="held-out eval prompts")
+    sources: list[SourceConfig] = Field(min_length=1, description="the code the data is made from")
+    corpus: list[CorpusFileConfig] = Field([], description="code-dataset shards read into the CPT corpus")
+    filters: CorpusFilterConfig = Field(default_factory=CorpusFilterConfig)
+    mine: dict[Literal[MINED_SUITES], int] = Field(
+        {}, description="validated tasks mined from each real source, per suite (at most this many)"
+    )
+    num_sft: int = Field(0, ge=0, description="lookup conversations for SFT from generated repos")
+    num_prompts: int = Field(0, ge=0, description="RL lookup prompts from generated repos")
+    num_heldout: int = Field(0, ge=0, description="held-out lookup prompts from generated repos")
     guess_share: float = Field(
         0.0,
         ge=0,
@@ -101,6 +173,40 @@ class DataConfig(Strict):
         "RL's outcome reward can correct",
     )
     long_horizon: LongHorizonDataConfig = Field(default_factory=LongHorizonDataConfig)
+
+    @model_validator(mode="after")
+    def _sources_named_once(self) -> DataConfig:
+        names = [s.name for s in self.sources]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"data.sources: the name {twice[0]!r} is used twice; each source needs its own")
+        if sum(s.generated is not None for s in self.sources) > 1:
+            raise ValueError("data.sources: at most one source of generated repos")
+        bad = [k for k, v in self.mine.items() if v < 0]
+        if bad:
+            raise ValueError(f"data.mine.{bad[0]}: must be >= 0")
+        if self.generated is None:
+            # These count tasks of generated repos; without such a source they would do nothing.
+            lh = self.long_horizon
+            idle = [f"{k}={v}" for k, v in (("num_sft", self.num_sft), ("num_prompts", self.num_prompts),
+                    ("num_heldout", self.num_heldout), ("guess_share", self.guess_share),
+                    ("long_horizon.num_sft", lh.num_sft), ("long_horizon.num_prompts", lh.num_prompts),
+                    ("long_horizon.num_heldout", lh.num_heldout)) if v]  # fmt: skip
+            if idle:
+                raise ValueError(f"data: {', '.join(idle)} count tasks of generated repos, and data.sources has "
+                                 "none; remove them, or add a source with generated: {num_repos, files_per_repo}")  # fmt: skip
+        if (
+            not any(s.split == "train" for s in self.sources if s.generated is None)
+            and self.corpus == []
+            and self.generated is None
+        ):
+            raise ValueError("data.sources: every source is held out, so nothing is left to train on")
+        return self
+
+    @property
+    def generated(self) -> GeneratedConfig | None:
+        """The generated repos' source, if the data has one."""
+        return next((s.generated for s in self.sources if s.generated is not None), None)
 
 
 # ----------------------------------------------------------------------------- reward, engine

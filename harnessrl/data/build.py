@@ -60,7 +60,8 @@ def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
     `progress` prints a line per tenth of the expert's episodes, the slow part."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
-        repos = lookup.generate(rng, cfg.num_repos, cfg.files_per_repo)
+        gen = cfg.generated
+        repos = lookup.generate(rng, gen.num_repos, gen.files_per_repo) if gen else []
         tasks = {s: [t for _, _, ts in repos for t in ts if t.split == s] for s in SPLITS}
         for rel, repo, _ in repos:
             repo.write(tmp / rel)
