@@ -1,4 +1,4 @@
-"""`harnessrl tasks build|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
+"""`harnessrl tasks build|stats|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
 
 from __future__ import annotations
 
@@ -30,10 +30,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pb.add_argument(
         "--source",
         type=Path,
-        metavar="PATH",
-        help="bugfix only: plant bugs in this Python directory (e.g. an installed package's source) "
-        "instead of generated repos",
+        action="append",
+        metavar="DIR",
+        help="mine the suite from this directory of real code (a repository, a git checkout at HEAD, an "
+        "installed package) instead of generated repos; repeat it for several, of which a quarter are held "
+        "out whole. --num is then the most tasks per source",
     )
+    ps = tsub.add_parser(
+        "stats",
+        help="tasks per suite, source and split, validation drops and the expert's success",
+        description="Read a suite directory (`tasks build`) or a data folder (`data build`) and print, per "
+        "suite, source and split, how many tasks it holds; per source and suite, the candidates mined, "
+        "the drops by reason and the expert's success at validation.",
+    )
+    ps.add_argument("suite_dir", type=Path, metavar="DIR", help="a suite directory or data folder")
     pe = tsub.add_parser(
         "expert",
         help="run the scripted expert on a suite and print its success rate",
@@ -78,16 +88,23 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     try:
         if args.tasks_command == "build":
-            if args.source is not None and args.suite != "bugfix":
-                raise ValueError(f"--source is for the bugfix suite, not {args.suite}")
             t0 = time.time()
-            info = build_suite(args.suite, args.output, args.seed, args.num, args.source)
+            say = lambda line: print(f"tasks: {line} ({time.time() - t0:.0f} s)", flush=True)
+            info = build_suite(args.suite, args.output, args.seed, args.num, args.source, say=say)
             counts = ", ".join(f"{n} {s}" for s, n in info["counts"].items())
-            print(f"built {args.output}: {args.suite}, {counts} tasks ({time.time() - t0:.1f}s)")
+            dropped = info["dropped"]
+            print(f"built {args.output}: {args.suite}, {counts} tasks, {dropped} dropped at validation "
+                  f"({time.time() - t0:.1f}s)")  # fmt: skip
+            return 0
+        if args.tasks_command == "stats":
+            from harnessrl.tasks.stats import stats_lines
+
+            for line in stats_lines(args.suite_dir):
+                print(line)
             return 0
         splits = ["train", "heldout"] if args.split == "all" else [args.split]
         tasks = [t for s in splits for t in load_suite(args.suite_dir, s)]
-    except (TaskFileError, FileNotFoundError, ValueError) as e:
+    except (TaskFileError, FileNotFoundError, ValueError, KeyError) as e:
         print(f"harnessrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     runs = {"": None}

@@ -26,12 +26,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harnessrl.config import Budgets, ConfigError, ContextConfig, DataConfig, LongHorizonDataConfig, config_hash
+from harnessrl.config import (
+    Budgets,
+    ConfigError,
+    ContextConfig,
+    DataConfig,
+    LongHorizonDataConfig,
+    StoreConfig,
+    config_hash,
+)
+from harnessrl.data.sources import write_sources
 from harnessrl.harness.episode import prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
 from harnessrl.tasks import long_horizon, lookup
 from harnessrl.tasks.expert import expert_trajectories
+from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
 
 
@@ -54,7 +64,7 @@ class Progress:
                 self.say(f"expert episodes {self.done}/{self.total} ({100 * self.done // self.total}%)")
 
 
-def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
+def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None) -> Path:
     """Write the data folder atomically: a killed build never leaves a half-written `out`. The
     temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
     `progress` prints a line per tenth of the expert's episodes, the slow part."""
@@ -84,13 +94,28 @@ def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
         # The expert runs each distinct task once.
         bar = Progress(len({t.id for t in sft}) + len({t.id for t in lh_sft}), progress)
         bar.say(f"{len(repos)} repos generated; running the expert on {bar.total} tasks")
-        sft_rows = [{"messages": m} for m in _expert_messages(sft, tmp, cfg.guess_share, bar.step)]
+        sft_rows = [
+            {"messages": m, "suite": lookup.SUITE} for m in _expert_messages(sft, tmp, cfg.guess_share, bar.step)
+        ]
         if lh_sft:
-            sft_rows += [{"messages": seg} for seg in expert_segments(lh_sft, tmp, lh_cfg, bar.step)]
+            sft_rows += [
+                {"messages": seg, "suite": long_horizon.SUITE} for seg in expert_segments(lh_sft, tmp, lh_cfg, bar.step)
+            ]
+
+        # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
+        # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
+        real = [s for s in cfg.sources if s.generated is None]
+        mined, episodes, infos, stats = mine_sources(real, dict(cfg.mine), cfg.seed, tmp, store, bar.say)
+        mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
+        sft_rows += mined_sft
+        prompts += mined["train"]
+        heldout += mined["heldout"]
+        write_sources(tmp, infos)
+        (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 
         for split in SPLITS:
-            write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split])
-        counts = {s: len(tasks[s]) + len(lh[s]) for s in SPLITS}
+            write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split] + mined[split])
+        counts = {s: len(tasks[s]) + len(lh[s]) + len(mined[s]) for s in SPLITS}
         write_suite_info(tmp, {"suite": lookup.SUITE, "seed": cfg.seed, "num": sum(counts.values()),
                                "source": None, "counts": counts, "data": _recorded(cfg)})  # fmt: skip
         _jsonl(tmp / "sft.jsonl", sft_rows)
@@ -99,7 +124,8 @@ def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
         # The harness the SFT conversations were made in: its tools and system prompt, which SFT
         # hands on to its checkpoint. (The expert compacted at its own estimate of tokens; the
         # context policy a checkpoint runs under is set by the long-horizon stage.)
-        save_harness(HarnessSpec.training(tools_of([lookup.TOOLS, long_horizon.TOOLS]), Budgets()), tmp)
+        tools = tools_of([lookup.TOOLS, long_horizon.TOOLS, *(t.tools for split in SPLITS for t in mined[split])])
+        save_harness(HarnessSpec.training(tools, Budgets()), tmp)
     bar.say(f"wrote {out}")
     return out
 

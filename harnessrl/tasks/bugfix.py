@@ -1,6 +1,6 @@
 """The bugfix suite: a one-token bug planted in working code, and a test that catches it.
 
-From a repo (generated, or any Python directory given as --source, e.g. an installed package):
+From a repo (generated, or a real source's copy: harnessrl/tasks/mine.py):
   1. probe its functions in the sandbox; the original's plain answers become test assertions;
   2. for a function, try single-token mutations (operator swap, integer +1) until one changes some
      probed answer without hanging;
@@ -18,36 +18,17 @@ import random
 import shutil
 from pathlib import Path
 
-from harnessrl.harness.tools.files import SKIP_DIRS
 from harnessrl.tasks.checkers import run_check
 from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
 from harnessrl.tasks.probe import Function, assertions, probe, probe_functions, repo_functions, returns
 from harnessrl.tasks.repogen import generate_repo
-from harnessrl.tasks.task import Check, Solution, Task, split_of
+from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "bugfix"
 TOOLS = ["read_file", "grep", "edit_file", "run_tests", "finish"]
-MAX_SOURCE_FILE_BYTES = 256 << 10
 TRIES_PER_FUNCTION = 6
 
 Rows = list[tuple[str, str, str]]  # (function, args, repr of the answer)
-
-
-def copy_source(source: Path, dest: Path) -> list[str]:
-    """Copy a Python directory's .py files into dest and return its top-level importable names. A
-    directory with __init__.py becomes the package dest/<name>/; else its modules sit at the top."""
-    if not source.is_dir():
-        raise FileNotFoundError(f"--source {source}: not a directory")
-    root = dest / source.name if (source / "__init__.py").exists() else dest
-    for p in sorted(source.rglob("*.py")):
-        rel = p.relative_to(source)
-        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
-            continue
-        if p.is_symlink() or p.stat().st_size > MAX_SOURCE_FILE_BYTES:
-            continue
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, root / rel)
-    return top_level_names(dest)
 
 
 def top_level_names(repo_dir: Path) -> list[str]:
@@ -68,7 +49,7 @@ def _hidden_test(fn: Function, rows: Rows) -> str:
     return f"import {fn.module} as m\n\n\ndef test_module():\n" + "\n".join(assertions("m.", rows)) + "\n"
 
 
-def _unique_context(source: str, m: Mutation, mutated: str) -> tuple[str, str]:
+def unique_context(source: str, m: Mutation, mutated: str) -> tuple[str, str]:
     """(old, new): the smallest block of whole lines around the mutation that is unique in the mutated
     file, as an edit_file old_str (mutated) and new_str (original)."""
     orig_lines, mut_lines = source.splitlines(), mutated.splitlines()
@@ -115,22 +96,26 @@ def repo_tasks(
     split: str,
     prefix: str,
     want: int,
+    per_function: int = 1,
 ) -> list[Task]:
-    """Up to `want` verified tasks mutating these functions of the repo; snapshots go to out/repos/<split>/<id>."""
+    """Up to `want` verified tasks mutating these functions of the repo, up to `per_function` bugs
+    each (a real module has few functions a probe can call); snapshots go to out/repos/<split>/<id>."""
     rows = probe_functions(repo_dir, packages, functions, rng)
     candidates = [f for f in functions if len([r for r in rows.get(f.module, []) if r[0] == f.name]) >= 2]
     rng.shuffle(candidates)
     work = out / ".work"
     tasks: list[Task] = []
-    for fn in candidates:
+    planted: set[tuple[str, int, int]] = set()
+    for fn in candidates * per_function:
         if len(tasks) == want:
             break
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(repo_dir, work)
         found = mutate_function(rng, repo_dir, work, packages, fn, rows[fn.module])
-        if found is None:
+        if found is None or (fn.path, found[1].line, found[1].col) in planted:
             continue
         mutated, m, visible = found
+        planted.add((fn.path, m.line, m.col))
         test_path = f"tests/test_{fn.name.lstrip('_')}.py"
         (work / test_path).parent.mkdir(exist_ok=True)
         (work / test_path).write_text(_test_file(fn, visible))
@@ -142,7 +127,7 @@ def repo_tasks(
         tid = f"{prefix}-{len(tasks)}"
         rel = f"repos/{split}/{tid}"
         shutil.move(work, out / rel)
-        old, new = _unique_context((repo_dir / fn.path).read_text(), m, mutated)
+        old, new = unique_context((repo_dir / fn.path).read_text(), m, mutated)
         tasks.append(
             Task(
                 id=f"{SUITE}/{split}/{tid}",
@@ -159,13 +144,10 @@ def repo_tasks(
     return tasks
 
 
-def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
-    """From generated repos (two tasks each), or from `source`, whose modules are split a quarter
-    held out: held-out tasks mutate modules no train task touches."""
+def build(out: Path, seed: int, num: int) -> list[Task]:
+    """From generated repos, two tasks each, a quarter held out by repo. (Real code: harnessrl/tasks/mine.py.)"""
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
     n_held = max(1, num // 4)
-    if source is not None:
-        return _from_source(rng, out, Path(source).resolve(), num, n_held)
     tasks: list[Task] = []
     for split, total in (("train", num - n_held), ("heldout", n_held)):
         for i in range(4 * total):  # a repo gives up to two tasks; a few may give none
@@ -178,24 +160,4 @@ def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Ta
             functions = repo_functions(original)
             tasks += repo_tasks(rng, out, original, [repo.package], functions, split, f"r{i:04d}", min(2, left))
     shutil.rmtree(out / ".original", ignore_errors=True)
-    return tasks
-
-
-def _from_source(rng: random.Random, out: Path, source: Path, num: int, n_held: int) -> list[Task]:
-    original = out / ".original"
-    packages = copy_source(source, original)
-    if not packages:
-        raise ValueError(f"--source {source}: no importable Python modules or packages found")
-    functions = repo_functions(original)
-    modules = sorted({f.path for f in functions})
-    rng.shuffle(modules)
-    tasks: list[Task] = []
-    for i, path in enumerate(modules):
-        split = split_of(i, len(modules))
-        want = (n_held if split == "heldout" else num - n_held) - sum(t.split == split for t in tasks)
-        if want <= 0:
-            continue
-        mine = [f for f in functions if f.path == path]
-        tasks += repo_tasks(rng, out, original, packages, mine, split, f"m{i:03d}", want)
-    shutil.rmtree(original)
     return tasks

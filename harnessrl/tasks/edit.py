@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from harnessrl.tasks.probe import assertions, probe_functions, repo_functions
-from harnessrl.tasks.repogen import Repo, generate_repo
+from harnessrl.tasks.repogen import Repo, Symbol, generate_repo
 from harnessrl.tasks.task import Check, Solution, Task, split_of
 
 SUITE = "edit"
@@ -40,15 +40,10 @@ def _module(path: str) -> str:
     return path[:-3].replace("/", ".")
 
 
-def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str]) -> list[Task]:
-    base = dict(suite=SUITE, split=split, repo=rel)
-    rid = rel.split("/")[-1]
-    tasks = []
-
-    # Rename: prefer a function some other module imports, so more than one file must change.
-    functions = repo.of_kind("function")
-    used = {s.uses for s in functions if s.uses}
-    fn = rng.choice([f for f in functions if f.name in used] or functions)
+def rename_task(
+    rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str], fn: Symbol, packages: list[str]
+) -> Task:
+    """Rename `fn` to a fresh name everywhere: every module must still import and behave."""
     new = _fresh(rng, names)
     mod = _module(fn.path)
     extra = [
@@ -56,35 +51,49 @@ def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str,
         f"    assert not hasattr(m, {fn.name!r})",
         f"    assert callable(m.{new})",
     ]
-    tasks.append(
-        Task(
-            id=f"{SUITE}/{rid}/rename",
-            **base,
-            instruction=f"Rename the function {fn.name} to {new} everywhere in the repository.",
-            tools=TOOLS,
-            check=Check(kind="tests", test=_test(repo, rows, extra, (fn.name, new)), packages=[repo.package]),
-            solution=Solution(kind="rename", name=fn.name, new_name=new, path=fn.path),
-        )
+    return Task(
+        id=f"{SUITE}/{rel.split('/')[-1]}/rename",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=rel,
+        instruction=f"Rename the function {fn.name} to {new} everywhere in the repository.",
+        tools=TOOLS,
+        check=Check(kind="tests", test=_test(repo, rows, extra, (fn.name, new)), packages=packages),
+        solution=Solution(kind="rename", name=fn.name, new_name=new, path=fn.path),
     )
 
-    # Constant: half the time the instruction leaves the value to the user.
-    const = rng.choice(repo.of_kind("const"))
+
+def constant_task(
+    rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, const: Symbol, packages: list[str]
+) -> Task:
+    """Change an integer constant; half the time the instruction leaves the value to the user."""
     value = rng.choice([v for v in range(2, 1000) if v != const.value])
     extra = [f"    m = importlib.import_module({_module(const.path)!r})", f"    assert m.{const.name} == {value}"]
     ask = rng.random() < 0.5
-    tasks.append(
-        Task(
-            id=f"{SUITE}/{rid}/constant",
-            **base,
-            instruction=f"Change {const.name} to the value the user wants; ask them."
-            if ask
-            else f"Change the value of {const.name} to {value}.",
-            tools=[*TOOLS[:-1], "ask_user", "finish"] if ask else TOOLS,
-            user=f"Set it to {value}." if ask else None,
-            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
-            solution=Solution(kind="constant", name=const.name, value=str(value), path=const.path),
-        )
+    return Task(
+        id=f"{SUITE}/{rel.split('/')[-1]}/constant",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=rel,
+        instruction=f"Change {const.name} to the value the user wants; ask them."
+        if ask
+        else f"Change the value of {const.name} to {value}.",
+        tools=[*TOOLS[:-1], "ask_user", "finish"] if ask else TOOLS,
+        user=f"Set it to {value}." if ask else None,
+        check=Check(kind="tests", test=_test(repo, rows, extra), packages=packages),
+        solution=Solution(kind="constant", name=const.name, value=str(value), path=const.path),
     )
+
+
+def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str]) -> list[Task]:
+    base = dict(suite=SUITE, split=split, repo=rel)
+    rid = rel.split("/")[-1]
+    # Rename: prefer a function some other module imports, so more than one file must change.
+    functions = repo.of_kind("function")
+    used = {s.uses for s in functions if s.uses}
+    fn = rng.choice([f for f in functions if f.name in used] or functions)
+    tasks = [rename_task(rng, repo, rows, rel, split, names, fn, [repo.package])]
+    tasks.append(constant_task(rng, repo, rows, rel, split, rng.choice(repo.of_kind("const")), [repo.package]))
 
     # Parameter: the new parameter's default keeps every old answer; passing it shifts the result.
     fn = rng.choice(functions)
@@ -117,10 +126,8 @@ def _fresh(rng: random.Random, names: set[str]) -> str:
             return name
 
 
-def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+def build(out: Path, seed: int, num: int) -> list[Task]:
     """Three tasks (rename, constant, param) per generated repo; a quarter of the repos held out."""
-    if source is not None:
-        raise ValueError("the edit suite is generated; --source is for bugfix")
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
     num_repos = max(2, -(-num // 3))
     tasks: list[Task] = []

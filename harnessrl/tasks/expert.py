@@ -54,7 +54,7 @@ def file_lines(output: str) -> list[str]:
 
 def lookup(task: Task) -> Script:
     name, kind = task.solution.name, task.solution.kind
-    pattern = {"value": f"^{name} =", "class": f"^class {name}:", "function": f"^def {name}\\("}[kind]
+    pattern = {"value": f"^{name} =", "class": f"^class {name}\\b", "function": f"^def {name}\\("}[kind]
     (out,) = yield turn(call("grep", pattern=pattern))
     path, _, text = grep_hits(out)[0]
     yield text.split("=", 1)[1].strip() if kind == "value" else path
@@ -121,6 +121,16 @@ def bugfix(task: Task) -> Script:
     yield turn(call("finish", summary=f"Fixed a wrong {s.kind} in {s.name} ({s.path}); the test passes."))
 
 
+def lint(task: Task) -> Script:
+    """Run the linter and read the file at once, remove the violation, lint again, finish."""
+    s = task.solution
+    yield turn(call("lint", path=s.path), call("read_file", path=s.path))
+    yield turn(call("edit_file", path=s.path, old_str=s.old, new_str=s.new))
+    yield turn(call("lint", path=s.path))
+    what = "an unused import" if s.kind == "unused_import" else "a misspelt name"
+    yield turn(call("finish", summary=f"Fixed {what} in {s.path}; ruff is clean."))
+
+
 def values(task: Task, notes: list[str]) -> Script:
     """The long-horizon suite: one search per constant in the question's order, then the values in
     that order. Each search result goes into `notes`, which the expert's summaries are made from."""
@@ -154,6 +164,7 @@ def guess(task: Task) -> Script:
 SCRIPTS = {
     "lookup": lookup,
     "bugfix": bugfix,
+    "lint": lint,
     "long_horizon": values,
     "rename": rename,
     "constant": constant,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harnessrl.config import LongHorizonDataConfig
 from harnessrl.tasks import lookup
-from harnessrl.tasks.repogen import Repo
+from harnessrl.tasks.repogen import Repo, Symbol
 from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "long_horizon"
@@ -36,34 +36,31 @@ def question(names: list[str]) -> str:
     return f"What are the values of {', '.join(names[:-1])} and {names[-1]}?"  # answered in this order
 
 
+def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
+    """A task asking for the values of the `chosen` constants, in that order."""
+    names = [c.name for c in chosen]
+    return Task(
+        id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=repo_rel,
+        instruction=question(names),
+        tools=TOOLS,
+        check=Check(kind="answer", answer=" ".join(str(c.value) for c in chosen)),
+        solution=Solution(kind="values", names=names),
+    )
+
+
 def repo_tasks(
     rng: random.Random, repo: Repo, repo_rel: str, split: str, num: int, facts: tuple[int, int]
 ) -> list[Task]:
     """`num` tasks on one repo, each asking for a random handful of its constants."""
     consts = repo.of_kind("const")
-    tasks = []
-    for i in range(num):
-        chosen = rng.sample(consts, min(len(consts), rng.randint(*facts)))
-        names = [c.name for c in chosen]
-        tasks.append(
-            Task(
-                id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
-                suite=SUITE,
-                split=split,  # type: ignore[arg-type]
-                repo=repo_rel,
-                instruction=question(names),
-                tools=TOOLS,
-                check=Check(kind="answer", answer=" ".join(str(c.value) for c in chosen)),
-                solution=Solution(kind="values", names=names),
-            )
-        )
-    return tasks
+    return [task(rng.sample(consts, min(len(consts), rng.randint(*facts))), repo_rel, split, i) for i in range(num)]
 
 
-def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+def build(out: Path, seed: int, num: int) -> list[Task]:
     """`num` tasks over generated repos (two per repo), a quarter held out from their own repos."""
-    if source is not None:
-        raise ValueError("the long_horizon suite is generated; --source is for bugfix")
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
     per_repo = 2
     repos = lookup.generate(rng, num // per_repo + 2, lookup.FILES_PER_REPO)

@@ -56,10 +56,8 @@ def generate(rng: random.Random, num_repos: int, files_per_repo: int) -> list[tu
     return out
 
 
-def build(out: Path, seed: int, num: int, source: Path | None = None) -> list[Task]:
+def build(out: Path, seed: int, num: int) -> list[Task]:
     """`num` tasks, a quarter held out (from their own repos); only repos some task uses are written."""
-    if source is not None:
-        raise ValueError("the lookup suite is generated; --source is for bugfix")
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
     per_repo = FILES_PER_REPO * 5  # about 3 constants, 1.5 functions and a class per file
     repos = generate(rng, max(2, -(-num // per_repo) + 1), FILES_PER_REPO)

@@ -65,7 +65,7 @@ class Symbol:
     name: str
     path: str  # relative to the repo root
     line: int  # 1-based line of the definition
-    value: int | None = None  # constants only
+    value: int | float | str | None = None  # constants only (generated ones are ints)
     template: str | None = None  # functions only: combine, clamp, accumulate, caller
     uses: str | None = None  # callers only: the imported function they call
 

@@ -1,39 +1,80 @@
-"""The suites by name, and building one into a directory (layout in task.py)."""
+"""The suites by name, and building one into a directory (layout in task.py).
+
+A suite is built from generated repos, or mined from real source directories (harnessrl/tasks/mine.py).
+Either way every task is validated before it is written (harnessrl/tasks/validate.py): its check
+fails on the untouched snapshot and passes on the expert's solution. Drops are counted by reason in
+suite.json, which `harnessrl tasks stats` reads.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+from harnessrl.config import SourceConfig
+from harnessrl.data.sources import write_sources
 from harnessrl.io import atomic_dir
-from harnessrl.tasks import bugfix, edit, long_horizon, lookup
-from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
+from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
+from harnessrl.tasks.mine import mine_sources
+from harnessrl.tasks.task import SPLITS, Task, split_of, write_suite_info, write_tasks
+from harnessrl.tasks.validate import mining_stats, validate
 
-# name -> build(out, seed, num, source) -> tasks; each writes its snapshots under out/repos/<split>/.
-SUITES: dict[str, Callable[[Path, int, int, Path | None], list[Task]]] = {
+# name -> build(out, seed, num) -> tasks from generated repos; each writes its snapshots under out/repos/<split>/.
+SUITES: dict[str, Callable[[Path, int, int], list[Task]]] = {
     "lookup": lookup.build,
     "edit": edit.build,
     "bugfix": bugfix.build,
     "long_horizon": long_horizon.build,
+    "lint": lint.build,
 }
 
 
-def build_suite(name: str, out: Path | str, seed: int = 0, num: int = 40, source: Path | str | None = None) -> dict:
-    """Build a suite directory atomically (a failed build leaves nothing); returns what suite.json says."""
+def source_configs(paths: list[Path]) -> list[SourceConfig]:
+    """Directories given on the command line as sources, named by their folder; with two or more, a
+    quarter of them (at least one) held out whole."""
+    names = [p.name.replace(" ", "_") or "source" for p in paths]
+    if len(set(names)) < len(names):
+        raise ValueError(f"--source: two sources share a folder name ({', '.join(names)}); each needs its own")
+    split = lambda i: split_of(i, len(paths)) if len(paths) > 1 else "train"
+    return [
+        SourceConfig(name=n, path=str(p), split=split(i)) for i, (n, p) in enumerate(zip(names, paths, strict=True))
+    ]
+
+
+def build_suite(
+    name: str,
+    out: Path | str,
+    seed: int = 0,
+    num: int = 40,
+    sources: list[Path] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> dict:
+    """Build a suite directory atomically (a failed build leaves nothing); returns what suite.json says.
+    `num` counts tasks over generated repos (a quarter held out), or tasks per source."""
     if name not in SUITES:
         raise KeyError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}")
-    if num < 2:
+    if num < 2 and not sources:
         raise ValueError(f"num must be at least 2 (one train and one held-out task), got {num}")
     with atomic_dir(Path(out)) as tmp:
-        tasks = SUITES[name](tmp, seed, num, Path(source) if source is not None else None)
+        if sources:
+            mined, _, infos, stats = mine_sources(source_configs(sources), {name: num}, seed, tmp, say=say)
+            tasks = mined["train"] + mined["heldout"]
+            write_sources(tmp, infos)
+        else:
+            candidates = SUITES[name](tmp, seed, num)
+            tasks, _, drops = validate(candidates, tmp)
+            stats = {"generated": {name: mining_stats(len(candidates), len(tasks), drops)}}
+        (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         for split in SPLITS:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", [t for t in tasks if t.split == split])
         info = {
             "suite": name,
             "seed": seed,
             "num": num,
-            "source": str(source) if source is not None else None,
+            "source": [str(p) for p in sources] if sources else None,
             "counts": {s: sum(t.split == s for t in tasks) for s in SPLITS},
+            "dropped": sum(sum(per[name]["dropped"].values()) for per in stats.values() if name in per),
         }
         write_suite_info(tmp, info)
     return info

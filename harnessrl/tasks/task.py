@@ -66,6 +66,7 @@ class Task(BaseModel):
     instruction: str
     tools: list[str]
     user: str | None = Field(None, description="what the simulated user answers to ask_user")
+    source: str | None = Field(None, description="the data source it was mined from (None: generated repos)")
     check: Check
     solution: Solution
 

@@ -1,0 +1,194 @@
+"""Tasks mined from a real repository: the suites that generated repos get, on code people wrote.
+
+`mine(name, repo_rel, data_dir, split, wants, seed)` reads a source's copy (harnessrl/data/sources.py
+put it at `data_dir/repo_rel`) and makes up to `wants[suite]` candidate tasks of each suite:
+
+- lookup: where is class/function X defined, or what is the value of constant X, for module-level
+  symbols the AST finds defined exactly once, whose definition line the expert's search pattern
+  finds exactly once in the whole repository (so there is one right answer);
+- long_horizon: the values of three numeric constants, one search each;
+- edit: rename a function everywhere, or change an integer constant (harnessrl/tasks/edit.py's
+  checks: every module still imports, the change holds, every probed answer still holds);
+- lint: a ruff violation planted in a module (harnessrl/tasks/lint.py);
+- bugfix: a one-token bug planted in a function (harnessrl/tasks/bugfix.py).
+
+Candidates are not yet tasks: harnessrl/tasks/validate.py keeps those whose check passes on the
+expert's solution and fails on the untouched snapshot, as an episode runs them.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import random
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from harnessrl.config import SourceConfig, StoreConfig
+from harnessrl.data.sources import SourceError, SourceInfo, copy_source
+from harnessrl.harness.episode import Trajectory
+from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
+from harnessrl.tasks.bugfix import top_level_names
+from harnessrl.tasks.probe import probe_functions, repo_functions
+from harnessrl.tasks.repogen import Repo, Symbol
+from harnessrl.tasks.task import SPLITS, Task
+from harnessrl.tasks.validate import mining_stats, validate
+
+# A constant whose value a lookup may ask for: a number, or a short one-line string.
+MAX_STRING_ANSWER = 40
+
+
+def _literal(node: ast.expr) -> int | float | str | None:
+    """The value of a plain literal (a negative number included), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _literal(node.operand)
+        return -inner if isinstance(inner, int | float) and not isinstance(inner, bool) else None
+    if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        value = node.value
+        if isinstance(value, int | float):
+            return value
+        if isinstance(value, str) and 0 < len(value) <= MAX_STRING_ANSWER and "\n" not in value:
+            return value
+    return None
+
+
+def _definitions(path: str, tree: ast.Module) -> list[Symbol]:
+    """Module-level constants (UPPER_CASE = literal), functions and classes of one file."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            value = _literal(node.value)
+            if value is not None and name.isupper() and node.lineno == node.end_lineno:
+                found.append(Symbol("const", name, path, node.lineno, value))  # type: ignore[arg-type]
+        elif isinstance(node, ast.FunctionDef) and not node.name.startswith("__"):
+            found.append(Symbol("function", node.name, path, node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            found.append(Symbol("class", node.name, path, node.lineno))
+    return found
+
+
+# The expert's search for a symbol's definition (harnessrl/tasks/expert.py: lookup, values).
+PATTERNS = {"const": "^{} =", "function": "^def {}\\(", "class": "^class {}\\b"}
+
+
+def read_repo(root: Path) -> Repo:
+    """A real repository as the generated suites see one: its files, and the symbols a question can
+    have exactly one answer about. Files that do not parse are skipped."""
+    files, symbols = {}, []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        try:
+            text = p.read_text()
+            tree = ast.parse(text)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        files[rel] = text
+        symbols += _definitions(rel, tree)
+    defined = Counter(s.name for s in symbols)
+    lines = [line for text in files.values() for line in text.splitlines()]
+    unique = []
+    for s in symbols:
+        pattern = re.compile(PATTERNS[s.kind].format(re.escape(s.name)))
+        if defined[s.name] == 1 and sum(bool(pattern.search(line)) for line in lines) == 1:
+            unique.append(s)
+    packages = top_level_names(root)
+    return Repo(package=packages[0] if packages else "", files=files, symbols=unique)
+
+
+def _numeric(repo: Repo) -> list[Symbol]:
+    """Its numeric constants: a long-horizon answer is a list of numbers."""
+    return [s for s in repo.symbols if s.kind == "const" and isinstance(s.value, int | float)]
+
+
+def _ids(tasks: list[Task], name: str) -> list[Task]:
+    """Task ids that name the source: `<suite>/<source>/<kind>-<n>`, unique within a data folder."""
+    return [t.model_copy(update={"id": f"{t.suite}/{name}/{i}", "source": name}) for i, t in enumerate(tasks)]
+
+
+def mine(
+    name: str, repo_rel: str, data_dir: Path, split: str, wants: dict[str, int], seed: int
+) -> dict[str, list[Task]]:
+    """Candidate tasks of each wanted suite from the source copy at `data_dir/repo_rel`. Suites that
+    plant a change (lint, bugfix) write each task's own snapshot beside the source's."""
+    root = data_dir / repo_rel
+    repo = read_repo(root)
+    out: dict[str, list[Task]] = {}
+    for suite, want in sorted(wants.items()):
+        if want <= 0:
+            continue
+        rng = random.Random(f"{suite}-{name}-{seed}")  # each suite of each source draws on its own
+        if suite == "lookup":
+            tasks = lookup.repo_tasks(repo, repo_rel, split)
+            tasks = [tasks[i] for i in sorted(rng.sample(range(len(tasks)), min(want, len(tasks))))]
+        elif suite == "long_horizon":
+            # Distinct triples of its numeric constants: a real module has few, unlike generated repos.
+            triples = list(itertools.combinations(_numeric(repo), 3))
+            rng.shuffle(triples)
+            tasks = [long_horizon.task(list(c), repo_rel, split, i) for i, c in enumerate(triples[:want])]
+        elif suite == "edit":
+            tasks = _edit_tasks(rng, repo, root, repo_rel, split, want)
+        elif suite == "lint":
+            tasks = lint.repo_tasks(rng, data_dir, root, split, f"{name}-lint", want)
+        elif suite == "bugfix":
+            packages = top_level_names(root)
+            functions = repo_functions(root)
+            tasks = bugfix.repo_tasks(rng, data_dir, root, packages, functions, split, f"{name}-bugfix", want, 3)
+        else:
+            raise ValueError(f"data.mine: no way to mine suite {suite!r}")
+        out[suite] = _ids(tasks, name)
+    return out
+
+
+def _edit_tasks(rng: random.Random, repo: Repo, root: Path, repo_rel: str, split: str, want: int) -> list[Task]:
+    """Renames of functions and changes of integer constants, alternating, on the unchanged source."""
+    packages = top_level_names(root)
+    rows = probe_functions(root, packages, repo_functions(root), rng, n=4)
+    functions = [s for s in repo.symbols if s.kind == "function"]
+    consts = [s for s in repo.symbols if s.kind == "const" and isinstance(s.value, int)]
+    rng.shuffle(functions)
+    rng.shuffle(consts)
+    names = {s.name for s in repo.symbols}
+    tasks: list[Task] = []
+    while len(tasks) < want and (functions or consts):
+        if functions:
+            tasks.append(edit.rename_task(rng, repo, rows, repo_rel, split, names, functions.pop(), packages))
+        if consts and len(tasks) < want:
+            tasks.append(edit.constant_task(rng, repo, rows, repo_rel, split, consts.pop(), packages))
+    return tasks
+
+
+def mine_sources(
+    sources: list[SourceConfig],
+    wants: dict[str, int],
+    seed: int,
+    out: Path,
+    store: StoreConfig | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    workers: int = 4,
+) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
+    """Copy each source into `out/repos/<split>/<name>`, mine up to `wants[suite]` candidates of each
+    suite from it, and keep the valid ones. Returns the kept tasks by split, the expert's episode of
+    each (by task id), what was copied, and per source and suite: candidates, kept, drops by
+    reason and the expert's success (kept over those whose snapshot failed the check)."""
+    kept: dict[str, list[Task]] = {s: [] for s in SPLITS}
+    episodes: dict[str, Trajectory] = {}
+    infos, stats = [], {}
+    for src in sources:
+        rel = f"repos/{src.split}/{src.name}"
+        infos.append(copy_source(src, out / rel, store))
+        say(f"source {src.name}: {infos[-1].files} files at {infos[-1].revision}")
+        try:
+            candidates = mine(src.name, rel, out, src.split, wants, seed)
+        except (OSError, ValueError) as e:
+            raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
+        stats[src.name] = {}
+        for suite, tasks in candidates.items():
+            good, runs, drops = validate(tasks, out, workers=workers)
+            kept[src.split] += good
+            episodes.update(runs)
+            stats[src.name][suite] = mining_stats(len(tasks), len(good), drops)
+            say(f"source {src.name}: {suite}: {len(good)} of {len(tasks)} candidates kept")
+    return kept, episodes, infos, stats
