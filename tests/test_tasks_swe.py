@@ -28,7 +28,11 @@ ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
 }
 
-CALC_V0 = """\
+# A long head: read_file truncates the module, so the expert reads it page by page.
+FILLER = "".join(f"# filler line {i}: nothing to see here, keep reading\n" for i in range(400))
+CALC_V0 = (
+    FILLER
+    + """
 def add(a, b):
     return a + b
 
@@ -44,6 +48,7 @@ def clamp(x, lo, hi):
         return x
     return x
 """
+)
 CALC_V1 = CALC_V0.replace("def mul(a, b):\n    return a + b", "def mul(a, b):\n    return a * b")
 CALC_V2 = CALC_V1.replace("< lo:\n        return x", "< lo:\n        return lo").replace(
     "> hi:\n        return x", "> hi:\n        return hi"
@@ -186,8 +191,9 @@ def test_expert_solves_every_row(suite):
     assert [t.outcome.success for t in trajectories] == [True] * 4, [t.outcome.details for t in trajectories]
     for t in trajectories:
         assert t.outcome.details["fail_to_pass"]["passed"] == t.outcome.details["fail_to_pass"]["total"] > 0
-    names = [c.name for t in trajectories for turn in t.turns for c in turn.calls]
-    assert {"read_file", "edit_file", "write_file", "run_tests", "finish"} <= set(names)
+    calls = [c for t in trajectories for turn in t.turns for c in turn.calls]
+    assert {"read_file", "edit_file", "write_file", "run_tests", "finish"} <= {c.name for c in calls}
+    assert any(c.name == "read_file" and c.arguments.get("start_line", 1) > 1 for c in calls)  # paged
     assert not any(c.error for t in trajectories for turn in t.turns for c in turn.calls)
 
 

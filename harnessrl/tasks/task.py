@@ -1,7 +1,8 @@
 """What a task is, and how a suite of them lies on disk.
 
 A suite directory, written by `build_suite` and read by everything downstream:
-    suite.json              {"suite", "seed", "num", "source", "counts"}: how it was built
+    suite.json              {"suite", "seed", "num", "source", "counts"}: how it was built (swe adds
+                            "dropped": {reason: rows}, "heldout_repos", "rows", "repos")
     tasks/train.jsonl       one Task per line
     tasks/heldout.jsonl     tasks whose repos no train task uses
     repos/<id>/...          repo snapshots; Task.repo points at one, relative to the suite dir
