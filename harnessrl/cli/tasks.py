@@ -1,4 +1,4 @@
-"""`harnessrl tasks build|stats|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
+"""`harnessrl tasks build|import|stats|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
 
 from __future__ import annotations
 
@@ -44,6 +44,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the drops by reason and the expert's success at validation.",
     )
     ps.add_argument("suite_dir", type=Path, metavar="DIR", help="a suite directory or data folder")
+    pi = tsub.add_parser(
+        "import",
+        help="build the swe suite from SWE-bench-format rows and local clones",
+        description="Import rows in the SWE-bench schema (instance_id, repo, base_commit, problem_statement, "
+        "patch, test_patch, FAIL_TO_PASS, PASS_TO_PASS; as SWE-bench, SWE-Gym, SWE-smith and R2E-Gym publish "
+        "them) into a suite directory laid out as `tasks build` writes it. Each row's repo is a local clone under "
+        "--repos (DIR/owner/name or DIR/name); its base_commit becomes the snapshot. A row is kept only if, in the "
+        "sandbox, its check fails on the snapshot and passes after the expert replays the gold patch; dropped rows "
+        'are counted per reason in suite.json\'s "dropped". Whole repos are held out (a quarter, or --heldout-repos).',
+    )
+    pi.add_argument("file", type=Path, metavar="FILE", help="rows: .jsonl, a .json list, or .parquet")
+    pi.add_argument("--format", required=True, choices=["swebench"], help="the rows' schema")
+    pi.add_argument("--repos", type=Path, required=True, metavar="DIR", help="where the local clones are")
+    pi.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="suite directory to write")
+    pi.add_argument("--heldout-repos", metavar="A,B", help="hold out these repos (owner/name) instead of a quarter")
+    pi.add_argument("--seed", type=int, default=0, help="which quarter of the repos is held out (default: %(default)s)")
+    pi.add_argument("--workers", type=int, default=4, help="rows validated at once (default: %(default)s)")
     pe = tsub.add_parser(
         "expert",
         help="run the scripted expert on a suite and print its success rate",
@@ -101,6 +118,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
             for line in stats_lines(args.suite_dir):
                 print(line)
+            return 0
+        if args.tasks_command == "import":
+            from harnessrl.tasks.swe import import_swebench
+
+            held = [r.strip() for r in args.heldout_repos.split(",") if r.strip()] if args.heldout_repos else None
+            t0 = time.time()
+            info = import_swebench(args.file, args.repos, args.output, held, args.seed, args.workers)
+            print(f"built {args.output}: swe, {info['num']} tasks ({time.time() - t0:.1f}s)")
             return 0
         splits = ["train", "heldout"] if args.split == "all" else [args.split]
         tasks = [t for s in splits for t in load_suite(args.suite_dir, s)]

@@ -7,7 +7,8 @@
 
 Suites (one module each): lookup (where is X defined / what is its value), edit (rename, change a
 constant, add a parameter), bugfix (a planted one-token bug and a test that catches it; from generated
-repos or any Python directory), long_horizon (several values, one search each, more than the context holds). repogen.py makes
+repos or any Python directory), long_horizon (several values, one search each, more than the context holds), swe (SWE-bench-format
+rows imported from local clones, `tasks import`; diffs.py replays their patches). repogen.py makes
 the generated repos; probe.py and mutations.py make tests and bugs; checkers.py decides success;
 expert.py is the scripted policy whose trajectories are the SFT data.
 

@@ -8,11 +8,16 @@ check, which every RL episode pays. Imports are pinned too: only the task's own 
 come from /workspace (a meta-path finder in the runner), so a `json.py` the agent drops there cannot
 shadow the stdlib, and the workspace copy of a package wins even where the same package is installed.
 Workspace modules are compiled from source, so a planted .pyc never stands in for the source.
+
+An imported SWE-bench task (kind "swe") is checked as SWE-bench does: its hidden test files, as they
+are after the row's test_patch, are written over the workspace (by rename, so a hardlinked snapshot is
+never written in place), then its FAIL_TO_PASS and PASS_TO_PASS ids run under real pytest there.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shlex
@@ -20,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits
+from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits, replace_file
+from harnessrl.harness.tools.base import confine, dir_beneath
 from harnessrl.harness.tools.terminal import PYTHON, summarize_pytest
-from harnessrl.tasks.task import Task
+from harnessrl.tasks.task import Check, Task
 
 # (workspace, final answer or None) -> (success, details). Raising counts as failure.
 Checker = Callable[[Path, str | None], tuple[bool, dict[str, Any]]]
@@ -105,6 +111,57 @@ def run_check(workspace: Path, test: str, packages: list[str], timeout_s: float 
     return ok, {**counts, "exit_code": res.exit_code, "timed_out": res.timed_out, "output": res.output[-2000:]}
 
 
+# -- SWE-bench rows ----------------------------------------------------------------------------
+
+_PASSED = re.compile(r"^PASSED (\S.*?)\s*$", re.MULTILINE)
+
+
+def write_test_files(workspace: Path, files: dict[str, str | None]) -> None:
+    """Write (None: delete) each file over the workspace. Paths are confined as the file tools confine
+    the model's, so a symlink the agent planted cannot carry a write outside; files are replaced, never
+    written in place."""
+    for rel, text in files.items():
+        real = confine(workspace, rel)
+        if text is None and not real.parent.is_dir():
+            continue
+        dfd = dir_beneath(workspace, real.parent, create=text is not None)
+        try:
+            if text is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(real.name, dir_fd=dfd)
+            else:
+                replace_file(real, text, parent_fd=dfd)
+        finally:
+            os.close(dfd)
+
+
+def run_swe_check(workspace: Path, check: Check) -> tuple[bool, dict[str, Any]]:
+    """Write the hidden test files, run the files of FAIL_TO_PASS + PASS_TO_PASS with pytest in the
+    sandbox (the harness's own Python, from /workspace, plugins not autoloaded as in run_tests);
+    success is every listed id reported PASSED. The workspace is changed: run it on an episode's copy, never a snapshot."""
+    write_test_files(workspace, check.test_files)
+    # Whole files, not node ids: pytest stops at a node id it cannot collect (a test file importing
+    # what the fix adds), which would fail every PASS_TO_PASS id with it; a missing file, likewise.
+    ids = [*check.fail_to_pass, *check.pass_to_pass]
+    paths = [f for f in dict.fromkeys(i.split("::")[0] for i in ids) if (workspace / f).exists()]
+    argv = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no"]
+    argv += ["--continue-on-collection-errors", "--", *paths]
+    command = f"{ENV} PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {shlex.join(argv)}"
+    res = check_sandbox(workspace, check.timeout_s).run(command)
+    passed = set(_PASSED.findall(res.output))
+    f2p = sum(i in passed for i in check.fail_to_pass)
+    p2p = sum(i in passed for i in check.pass_to_pass)
+    ok = not res.timed_out and f2p == len(check.fail_to_pass) and p2p == len(check.pass_to_pass)
+    return ok, {
+        "fail_to_pass": {"passed": f2p, "total": len(check.fail_to_pass)},
+        "pass_to_pass": {"passed": p2p, "total": len(check.pass_to_pass)},
+        **summarize_pytest(res.output),
+        "exit_code": res.exit_code,
+        "timed_out": res.timed_out,
+        "output": res.output[-2000:],
+    }
+
+
 # -- answers -----------------------------------------------------------------------------------
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -148,6 +205,9 @@ def make_checker(task: Task) -> Checker:
             return answer_matches(expected, answer), {"expected": expected, "answer": answer}
 
         return check_answer
+
+    if check.kind == "swe":
+        return lambda workspace, answer: run_swe_check(workspace, check)
 
     def check_tests(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
         return run_check(workspace, check.test or "", check.packages, check.timeout_s)

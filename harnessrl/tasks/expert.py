@@ -21,6 +21,7 @@ from harnessrl.config import Budgets
 from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.harness.episode import AssistantTurn, Trajectory, run_tasks
 from harnessrl.harness.protocol import render_calls
+from harnessrl.tasks.diffs import hunk_edit, new_file_text, parse_patch
 from harnessrl.tasks.task import Task
 
 Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
@@ -131,6 +132,50 @@ def lint(task: Task) -> Script:
     yield turn(call("finish", summary=f"Fixed {what} in {s.path}; ruff is clean."))
 
 
+def swe(task: Task) -> Script:
+    """An imported SWE-bench row: read every file the gold patch changes (page by page where read_file
+    truncates), replay the patch one hunk per edit_file (old_str grown from what it read until unique;
+    hunks bottom-up, edits of different files in parallel; new files with write_file), run the
+    existing tests of the failing ids, finish."""
+    files = parse_patch(task.solution.patch or "")
+    edited = [f for f in files if not f.new_file]
+    seen: dict[str, list[str]] = {f.path: [] for f in edited}
+    pending = list(seen)
+    while pending:
+        outs = yield turn(
+            *(call("read_file", path=p, start_line=len(seen[p]) + 1) if seen[p] else call("read_file", path=p)
+              for p in pending)
+        )  # fmt: skip
+        more = []
+        for p, out in zip(pending, outs, strict=True):
+            got = file_lines(out)
+            if "[... truncated" in out and got:
+                got.pop()  # the last line may be cut short: read it again
+                more.append(p)
+            seen[p] += got
+        pending = more
+    edits: dict[str, list[tuple[str, str]]] = {}
+    for f in edited:
+        lines = seen[f.path]
+        for h in reversed(f.hunks):
+            old, new, lines = hunk_edit(lines, h)
+            edits.setdefault(f.path, []).append((old, new))
+    rounds = [[call("write_file", path=f.path, content=new_file_text(f)) for f in files if f.new_file]]
+    while any(edits.values()):  # one edit per file per round: two edits of a file in one turn would race
+        batch = [(p, todo.pop(0)) for p, todo in edits.items() if todo]
+        rounds.append(
+            [call("write_file", path=p, content=new) if not old else call("edit_file", path=p, old_str=old, new_str=new)
+             for p, (old, new) in batch]
+        )  # fmt: skip
+    for calls in rounds:
+        for i in range(0, len(calls), 8):  # the harness's max_calls_per_turn
+            yield turn(*calls[i : i + 8])
+    if task.solution.test_paths:
+        yield turn(call("run_tests", paths=task.solution.test_paths))
+    changed = ", ".join(f.path for f in files)
+    yield turn(call("finish", summary=f"Fixed the issue: changed {changed}."))
+
+
 def values(task: Task, notes: list[str]) -> Script:
     """The long-horizon suite: one search per constant in the question's order, then the values in
     that order. Each search result goes into `notes`, which the expert's summaries are made from."""
@@ -169,6 +214,7 @@ SCRIPTS = {
     "rename": rename,
     "constant": constant,
     "param": param,
+    "swe": swe,
 }
 
 

@@ -1,7 +1,8 @@
 """What a task is, and how a suite of them lies on disk.
 
 A suite directory, written by `build_suite` and read by everything downstream:
-    suite.json              {"suite", "seed", "num", "source", "counts"}: how it was built
+    suite.json              {"suite", "seed", "num", "source", "counts"}: how it was built (swe adds
+                            "dropped": {reason: rows}, "heldout_repos", "rows", "repos")
     tasks/train.jsonl       one Task per line
     tasks/heldout.jsonl     tasks whose repos no train task uses
     repos/<id>/...          repo snapshots; Task.repo points at one, relative to the suite dir
@@ -29,20 +30,26 @@ class TaskFileError(ValueError):
 class Check(BaseModel):
     """How success is decided. "answer": the final answer must equal `answer` (numbers compared as
     numbers). "tests": `test` (a hidden file of pytest-style test_* functions) must pass against the
-    workspace, importing the workspace's own top-level `packages`."""
+    workspace, importing the workspace's own top-level `packages`. "swe" (an imported SWE-bench row):
+    `test_files` (path -> full contents after the row's test_patch, None for a file it deletes) are
+    written over the workspace, then every id of `fail_to_pass` and `pass_to_pass` must pass pytest."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["answer", "tests"]
+    kind: Literal["answer", "tests", "swe"]
     answer: str | None = None
     test: str | None = None
     packages: list[str] = []
+    test_files: dict[str, str | None] = {}
+    fail_to_pass: list[str] = []
+    pass_to_pass: list[str] = []
     timeout_s: float = Field(60.0, gt=0)
 
 
 class Solution(BaseModel):
     """What the expert knows; never shown to the policy. Which fields are set depends on `kind`:
     lookup value/class/function: name; edit rename: name, new_name; edit constant: name, value;
-    edit param: name, path, param; bugfix: path, old, new, test_path; long_horizon values: names."""
+    edit param: name, path, param; bugfix: path, old, new, test_path; long_horizon values: names;
+    swe: patch (the gold diff), test_paths (existing test files the expert runs after applying it)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: str
@@ -55,6 +62,8 @@ class Solution(BaseModel):
     new: str | None = None
     test_path: str | None = None
     names: list[str] | None = None
+    patch: str | None = None
+    test_paths: list[str] | None = None
 
 
 class Task(BaseModel):

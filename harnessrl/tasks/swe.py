@@ -1,0 +1,388 @@
+"""The swe suite: tasks imported from rows in the SWE-bench schema (as SWE-bench, SWE-Gym, SWE-smith
+and R2E-Gym publish them) and local clones of their repositories.
+
+A row: instance_id, repo ("owner/name"), base_commit, problem_statement, patch (the gold fix),
+test_patch (the tests that show it), FAIL_TO_PASS and PASS_TO_PASS (pytest node ids; lists, or JSON
+strings of lists as SWE-bench ships them). Other columns are ignored. For each row:
+  1. find the clone: DIR/owner/name, DIR/name or DIR/owner__name;
+  2. export base_commit into the task's snapshot with `git archive` (the clone is only read; the
+     snapshot has no .git);
+  3. apply test_patch to a scratch copy and keep the post-patch contents of every file it touches:
+     the hidden check writes them over the workspace, then runs FAIL_TO_PASS and PASS_TO_PASS;
+  4. validate as SWE-smith does, in the sandbox: the expert's episode (which replays the gold patch
+     through the harness's tools) must pass the check, and the check must fail on the snapshot.
+A row that fails a step is dropped and counted per reason in suite.json's "dropped"; a row that does
+not fit the schema refuses the import, naming FILE:line and the field.
+
+Whole repositories are held out: a quarter of the distinct repos (at least one of two or more), or
+those named. The environment is the harness's own Python for every row (tests run with its pytest);
+per-source environments (the row's own dependencies, as SWE-bench images have them) come later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harnessrl.config import Budgets
+from harnessrl.harness.episode import BASE_UID, run_task
+from harnessrl.harness.sandbox import create_workspace, remove_workspace
+from harnessrl.io import atomic_dir
+from harnessrl.tasks.checkers import make_checker
+from harnessrl.tasks.diffs import PatchError, UnsupportedPatch, parse_patch
+from harnessrl.tasks.expert import Expert
+from harnessrl.tasks.task import SPLITS, Check, Solution, Task, TaskFileError, split_of, write_suite_info, write_tasks
+
+SUITE = "swe"
+TOOLS = ["list_dir", "read_file", "grep", "edit_file", "write_file", "run_tests", "run_terminal", "finish"]
+CHECK_TIMEOUT_S = 300.0
+# The expert replays a patch hunk by hunk: allow long patches more turns and tokens than an RL episode.
+VALIDATION_BUDGETS = Budgets(max_turns=400, max_tokens=1 << 24, max_turn_tokens=1 << 20, wall_s=3600.0)
+
+# Why a row was dropped, in suite.json's "dropped".
+REPO_MISSING = "repo missing"
+COMMIT_MISSING = "commit missing"
+TEST_PATCH = "test_patch does not apply"
+PATCH = "patch does not apply"
+UNSUPPORTED = "patch unsupported"
+PASSES_UNTOUCHED = "check passes on the snapshot"
+EXPERT_FAILS = "expert fails"
+BAD_ROW = "bad row"
+
+
+class SweRow(BaseModel):
+    """One row of the SWE-bench schema; columns beyond these are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    instance_id: str = Field(min_length=1)
+    repo: str = Field(min_length=1, pattern=r"^[\w.-]+(/[\w.-]+)?$")
+    base_commit: str = Field(min_length=1, pattern=r"^[0-9a-fA-F]{4,40}$")
+    problem_statement: str = Field(min_length=1)
+    patch: str = Field(min_length=1)
+    test_patch: str = Field(min_length=1)
+    FAIL_TO_PASS: list[str] = Field(min_length=1)
+    PASS_TO_PASS: list[str]
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _json_list(cls, v: Any) -> Any:
+        if isinstance(v, str):  # SWE-bench ships these as JSON strings of lists
+            try:
+                return json.loads(v)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"not a list of test ids, nor a JSON string of one ({e.msg})") from None
+        return v
+
+
+def read_rows(path: Path) -> list[tuple[str, SweRow]]:
+    """(where, row) for each row of a JSONL, JSON-list or Parquet file; `where` is FILE:line (FILE:row
+    N for JSON lists and Parquet). A row that does not fit the schema raises TaskFileError naming it."""
+    if not path.is_file():
+        raise TaskFileError(f"{path}: file not found")
+    raw: list[tuple[str, Any]] = []
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as e:
+            raise TaskFileError(f"{path}: not a Parquet file ({e})") from None
+        raw = [(f"{path}:row {i}", r) for i, r in enumerate(table.to_pylist(), 1)]
+    elif path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        if not isinstance(data, list):
+            raise TaskFileError(f"{path}: a .json file must hold a list of rows")
+        raw = [(f"{path}:row {i}", r) for i, r in enumerate(data, 1)]
+    else:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    raw.append((f"{path}:{n}", json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise TaskFileError(f"{path}:{n}: invalid JSON ({e.msg})") from None
+    rows = []
+    for where, r in raw:
+        if not isinstance(r, dict):
+            raise TaskFileError(f"{where}: a row must be an object, got {type(r).__name__}")
+        try:
+            rows.append((where, SweRow.model_validate(r)))
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(row)"
+            raise TaskFileError(f"{where}: field {field!r}: {err['msg']}") from None
+    return rows
+
+
+# -- git -----------------------------------------------------------------------------------------
+
+
+class Dropped(Exception):
+    def __init__(self, reason: str, why: str) -> None:
+        super().__init__(why)
+        self.reason = reason
+
+
+def _git(*args: str, cwd: Path | None = None, ceiling: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    if ceiling is not None:  # never find a repository above the scratch copy (the suite may be in one)
+        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def find_clone(repos: Path, repo: str) -> Path:
+    tried = [repos / repo, repos / repo.split("/")[-1], repos / repo.replace("/", "__")]
+    for p in dict.fromkeys(tried):
+        if (p / ".git").exists() or (p / "HEAD").is_file():  # a work tree or a bare clone
+            return p
+    raise Dropped(REPO_MISSING, f"no clone of {repo}; tried {', '.join(str(p) for p in dict.fromkeys(tried))}")
+
+
+def export_commit(clone: Path, commit: str, dest: Path) -> None:
+    """base_commit's tree into dest (no .git), read from the clone without touching its work tree."""
+    if _git("-C", str(clone), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").returncode != 0:
+        raise Dropped(COMMIT_MISSING, f"commit {commit} is not in {clone}")
+    dest.mkdir(parents=True)
+    archive = subprocess.Popen(
+        ["git", "-c", "safe.directory=*", "-C", str(clone), "archive", "--format=tar", commit],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True, check=False)
+    assert archive.stdout is not None
+    archive.stdout.close()
+    if archive.wait() != 0 or tar.returncode != 0:
+        raise RuntimeError(f"git archive {commit} of {clone} failed: {tar.stderr.decode(errors='replace')[-500:]}")
+
+
+def apply_patch(tree: Path, patch: str, check_only: bool = False) -> str | None:
+    """Apply a diff to a plain directory with `git apply`; None, or git's complaint."""
+    fd, name = tempfile.mkstemp(suffix=".diff")
+    with os.fdopen(fd, "w") as f:
+        f.write(patch if patch.endswith("\n") else patch + "\n")
+    try:
+        args = ["apply", "--whitespace=nowarn", "--unidiff-zero", *(["--check"] if check_only else []), name]
+        res = _git(*args, cwd=tree, ceiling=tree.parent)
+    finally:
+        os.unlink(name)
+    return None if res.returncode == 0 else (res.stderr.strip() or f"git apply exited {res.returncode}")
+
+
+# -- one row -------------------------------------------------------------------------------------
+
+
+def _safe(instance_id: str) -> str:
+    return re.sub(r"[^\w.-]", "_", instance_id)
+
+
+def _test_paths(snapshot: Path, ids: list[str]) -> list[str]:
+    return list(dict.fromkeys(i.split("::")[0] for i in ids if (snapshot / i.split("::")[0]).is_file()))
+
+
+def make_task(row: SweRow, repos: Path, out: Path, split: str) -> Task:
+    """The row's task with its snapshot under out/repos/<split>/; raises Dropped (the snapshot removed)."""
+    for i in [*row.FAIL_TO_PASS, *row.PASS_TO_PASS]:
+        if not i.strip() or i.startswith(("/", "-")) or ".." in i.split("::")[0].split("/"):
+            raise Dropped(BAD_ROW, f"test id {i!r} is not a pytest node id inside the repo")
+    try:
+        files = parse_patch(row.patch)
+    except UnsupportedPatch as e:
+        raise Dropped(UNSUPPORTED, f"patch: {e}") from None
+    except PatchError as e:
+        raise Dropped(BAD_ROW, f"field 'patch': {e}") from None
+    try:
+        test_files = [f.path for f in parse_patch(row.test_patch)]
+    except PatchError:
+        test_files = None  # git apply judges it below; deletions and renames are fine there
+    clone = find_clone(repos, row.repo)
+    rel = f"repos/{split}/{_safe(row.instance_id)}"
+    snapshot, scratch = out / rel, out / ".work" / _safe(row.instance_id)
+    try:
+        export_commit(clone, row.base_commit, snapshot)
+        shutil.copytree(snapshot, scratch)
+        if (why := apply_patch(scratch, row.test_patch)) is not None:
+            raise Dropped(TEST_PATCH, why)
+        if test_files is None:  # e.g. a rename: every file the patched tree has that differs or is gone
+            test_files = _changed_files(snapshot, scratch)
+        hidden = {}
+        for p in test_files:
+            f = scratch / p
+            try:
+                hidden[p] = f.read_text() if f.is_file() else None
+            except UnicodeDecodeError:
+                raise Dropped(BAD_ROW, f"test_patch: {p} is not UTF-8 text") from None
+        if (why := apply_patch(snapshot, row.patch, check_only=True)) is not None:
+            raise Dropped(PATCH, why)
+        if any(f.path in hidden for f in files):
+            raise Dropped(BAD_ROW, "patch and test_patch change the same file")
+    except BaseException:
+        shutil.rmtree(snapshot, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Task(
+        id=f"{SUITE}/{split}/{row.instance_id}",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=rel,
+        instruction=row.problem_statement,
+        tools=TOOLS,
+        check=Check(
+            kind="swe",
+            test_files=hidden,
+            fail_to_pass=row.FAIL_TO_PASS,
+            pass_to_pass=row.PASS_TO_PASS,
+            timeout_s=CHECK_TIMEOUT_S,
+        ),
+        solution=Solution(
+            kind="swe",
+            patch=row.patch,
+            test_paths=_test_paths(snapshot, row.FAIL_TO_PASS) or _test_paths(snapshot, row.PASS_TO_PASS),
+        ),
+    )
+
+
+def _changed_files(before: Path, after: Path) -> list[str]:
+    names = {p.relative_to(d).as_posix() for d in (before, after) for p in d.rglob("*") if p.is_file()}
+    return sorted(
+        n for n in names if not (before / n).is_file() or not (after / n).is_file() or
+        (before / n).read_bytes() != (after / n).read_bytes()
+    )  # fmt: skip
+
+
+def validate(task: Task, suite_dir: Path, uid: int) -> tuple[str, str] | None:
+    """None if the check fails on the untouched snapshot and passes after the expert's episode; else
+    (reason, why). Both run in the sandbox exactly as an episode's checker does."""
+    with tempfile.TemporaryDirectory(prefix="swe-untouched-") as tmp:
+        ws = create_workspace(suite_dir / task.repo, Path(tmp) / "ws", owner_uid=uid)
+        try:
+            ok, details = make_checker(task)(ws, None)
+        finally:
+            remove_workspace(ws)
+    if ok:
+        return PASSES_UNTOUCHED, f"the check passes without the fix ({details['fail_to_pass']['total']} FAIL_TO_PASS)"
+    traj = run_task(task, suite_dir, Expert(task), VALIDATION_BUDGETS, uid=uid)
+    if not traj.outcome.success:
+        d = traj.outcome.details
+        errors = [c.output for t in traj.turns for c in t.calls if c.error]
+        why = d.get("checker_error") or (errors[0] if errors else "") or traj.turns[-1].text
+        if "fail_to_pass" in d:
+            why = f"FAIL_TO_PASS {d['fail_to_pass']['passed']}/{d['fail_to_pass']['total']}, " + (
+                f"PASS_TO_PASS {d['pass_to_pass']['passed']}/{d['pass_to_pass']['total']}; {why}"
+            )
+        return EXPERT_FAILS, why[:300]
+    return None
+
+
+# -- the suite -------------------------------------------------------------------------------------
+
+
+def heldout_repos(repos: list[str], chosen: list[str] | None, seed: int) -> set[str]:
+    """The held-out repos: `chosen` (each must be a row's repo), else a quarter of them by split_of."""
+    distinct = sorted(set(repos))
+    if chosen is not None:
+        unknown = [r for r in chosen if r not in distinct]
+        if unknown:
+            raise ValueError(
+                f"--heldout-repos: {', '.join(unknown)} not a repo of any row; repos: {', '.join(distinct)}"
+            )
+        return set(chosen)
+    if len(distinct) < 2:
+        return set()
+    random.Random(f"{SUITE}-{seed}").shuffle(distinct)
+    return {r for i, r in enumerate(distinct) if split_of(i, len(distinct)) == "heldout"}
+
+
+def import_swebench(
+    path: Path | str,
+    repos: Path | str,
+    out: Path | str,
+    heldout: list[str] | None = None,
+    seed: int = 0,
+    workers: int = 4,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Build the swe suite directory `out` (atomically: a killed import leaves nothing) from the rows
+    of `path` and clones under `repos`; returns what suite.json says. Raises TaskFileError for a row
+    that does not fit the schema, ValueError for a bad --heldout-repos."""
+    path, repos, out = Path(path), Path(repos), Path(out)
+    rows = read_rows(path)
+    if not repos.is_dir():
+        raise FileNotFoundError(f"--repos {repos}: not a directory")
+    held = heldout_repos([r.repo for _, r in rows], heldout, seed)
+    dropped: Counter[str] = Counter()
+    n = len(rows)
+
+    def drop(i: int, row: SweRow, reason: str, why: str) -> None:
+        dropped[reason] += 1
+        log(f"[{i}/{n}] {row.instance_id}: dropped, {reason}: {why}")
+
+    with atomic_dir(out) as tmp:
+        candidates: list[tuple[int, SweRow, Task]] = []
+        seen: set[str] = set()
+        for i, (where, row) in enumerate(rows, 1):
+            if row.instance_id in seen:
+                drop(i, row, BAD_ROW, f"{where}: instance_id {row.instance_id!r} repeats an earlier row")
+                continue
+            seen.add(row.instance_id)
+            try:
+                task = make_task(row, repos, tmp, "heldout" if row.repo in held else "train")
+            except Dropped as e:
+                drop(i, row, e.reason, str(e))
+                continue
+            candidates.append((i, row, task))
+        shutil.rmtree(tmp / ".work", ignore_errors=True)
+
+        lock, slots, local = threading.Lock(), iter(range(1 << 16)), threading.local()
+
+        def check(item: tuple[int, SweRow, Task]) -> Task | None:
+            i, row, task = item
+            with lock:
+                if not hasattr(local, "uid"):
+                    local.uid = BASE_UID + next(slots)
+            verdict = validate(task, tmp, local.uid)
+            with lock:
+                if verdict is None:
+                    log(f"[{i}/{n}] {row.instance_id}: kept ({task.split})")
+                    return task
+                drop(i, row, *verdict)
+            shutil.rmtree(tmp / task.repo, ignore_errors=True)
+            return None
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            kept = [t for t in pool.map(check, candidates) if t is not None]
+        for split in SPLITS:
+            write_tasks(tmp / "tasks" / f"{split}.jsonl", [t for t in kept if t.split == split])
+        info = {
+            "suite": SUITE,
+            "seed": seed,
+            "num": len(kept),
+            "source": str(path),
+            "repos": str(repos),
+            "rows": n,
+            "heldout_repos": sorted(held),
+            "counts": {s: sum(t.split == s for t in kept) for s in SPLITS},
+            "dropped": dict(sorted(dropped.items())),
+        }
+        write_suite_info(tmp, info)
+    drops = ", ".join(f"{c} {r}" for r, c in sorted(dropped.items())) or "none"
+    log(f"imported {len(kept)} of {n} rows ({info['counts']['train']} train, {info['counts']['heldout']} held out); "
+        f"dropped: {drops}")  # fmt: skip
+    return info
