@@ -85,7 +85,7 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
 
     rl = cfg.stages.rl
     tasks = [Task.model_validate(r["task"]) for r in read_jsonl(data_dir / "prompts.jsonl")]
-    tasks = [t for t in tasks if t.suite in rl.suites]
+    tasks = [t for t in tasks if t.suite in rl.mix]
     model, tok = load(sft_dir, cfg.model.dtype)
     renderer, engine = PromptRenderer(tok, model.config.max_position_embeddings), HFEngine(model, tok, rl.temperature)
     rng, wins, batch = random.Random(cfg.seed), [], rl.prompts_per_step * rl.group_size

@@ -16,6 +16,8 @@ def work(ctx: StageContext) -> dict:
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     if cfg.length_buckets:
         raise ValueError("stages.cpt.length_buckets: CPT packs fixed-length windows; length buckets are for SFT")
+    if cfg.mix is not None:
+        raise ValueError("stages.cpt.mix: CPT reads the code corpus, which has no suites; a mix is for SFT")
     if "cluster" in ctx.cfg:  # ranks across nodes: a TrainJob on Kubeflow Trainer, which this pod waits on
         from harnessrl.cluster import trainjob
 

@@ -24,7 +24,7 @@ def work(ctx: StageContext) -> dict:
     cfg = EvalConfig.model_validate(ctx.cfg["stage"])
     engine = EngineConfig.model_validate(ctx.cfg["engine"])  # the engine RL rolled out with
     check_installed(engine.kind)
-    tasks = load_heldout(ctx.data_dir, cfg.suites, cfg.num_tasks)
+    tasks = load_heldout(ctx.data_dir, cfg.mix, cfg.num_tasks)
     lineage = list(reversed(chain(ctx.parent)))  # base first
     dtype = ctx.cfg["model"]["dtype"]
     results, episodes = [], []

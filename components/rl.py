@@ -35,9 +35,10 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     # The KL anchor is the parent checkpoint itself, frozen: what SFT (or the stage before) taught.
     reference = load(ctx.parent, dtype)[0].eval() if cfg.kl_coef > 0 else None
     tasks = [Task.model_validate(row["task"]) for row in read_jsonl(ctx.data_dir / "prompts.jsonl")]
-    tasks = [t for t in tasks if t.suite in cfg.suites]
-    if not tasks:
-        raise ValueError(f"stages.{tag}.suites: no prompts of {cfg.suites} in {ctx.data_dir / 'prompts.jsonl'}")
+    tasks = [t for t in tasks if t.suite in cfg.mix]
+    missing = sorted(set(cfg.mix) - {t.suite for t in tasks})
+    if missing:
+        raise ValueError(f"stages.{tag}.mix: no prompts of suite {missing[0]!r} in {ctx.data_dir / 'prompts.jsonl'}")
     budgets = cfg.budgets()
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     check_context(tasks, renderer, cfg, tag)

@@ -5,11 +5,13 @@ segment (see harnessrl.model.tokenizer.render_ids), so the trained ids are exact
 template produces, and only the assistant's own output carries labels.
 """
 
+import random
 import shutil
 
 from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import TrainConfig
+from harnessrl.config.stages import shares
 from harnessrl.data.build import read_jsonl
 from harnessrl.harness.spec import HARNESS_FILE
 from harnessrl.stage import StageContext
@@ -36,7 +38,10 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
 
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
-    samples = [render_ids(tok, row["messages"]) for row in read_jsonl(ctx.data_dir / "sft.jsonl")]
+    rows = read_jsonl(ctx.data_dir / "sft.jsonl")
+    if cfg.mix is not None:
+        rows = mixed(rows, cfg.mix, ctx.cfg["seed"])
+    samples = [render_ids(tok, row["messages"]) for row in rows]
     longest = max(len(ids) for ids, _ in samples)
     if longest > cfg.seq_len:  # cutting a conversation would train on one that never ended, silently
         raise ValueError(f"stages.sft.seq_len: {cfg.seq_len} is shorter than the longest conversation "
@@ -53,6 +58,24 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
         "world_size": world,
         "zero_stage": cfg.zero_stage,
     }
+
+
+def mixed(rows: list[dict], mix: dict[str, float], seed: int) -> list[dict]:
+    """As many conversations as the data has, shared among the mix's suites by weight: each suite's
+    rows in a seeded order, cycled when its share is larger than what it has."""
+    by_suite: dict[str, list[dict]] = {}
+    for row in rows:
+        by_suite.setdefault(row.get("suite", "?"), []).append(row)
+    missing = sorted(set(mix) - set(by_suite))
+    if missing:
+        raise ValueError(f"stages.sft.mix: no conversations of suite {missing[0]!r} in sft.jsonl "
+                         f"(suites there: {', '.join(sorted(by_suite))})")  # fmt: skip
+    out = []
+    for suite, n in shares(mix, len(rows)).items():
+        pool = by_suite[suite][:]
+        random.Random(f"sft-mix-{seed}-{suite}").shuffle(pool)
+        out += [pool[i % len(pool)] for i in range(n)]
+    return out
 
 
 def sft(

@@ -19,8 +19,8 @@ from tests.conftest import run_cli
 
 def test_the_same_seeds_give_the_same_numbers(tiny_base: dict) -> None:
     """Sampled (T=1), two seeds: every episode and so every metric but wall time repeats exactly."""
-    cfg = EvalConfig(suites=["lookup"], seeds=[0, 1], num_tasks=2, max_new_tokens=8, max_turns=2, temperature=1.0)
-    tasks = load_heldout(tiny_base["data"], cfg.suites, cfg.num_tasks)
+    cfg = EvalConfig(mix={"lookup": 1.0}, seeds=[0, 1], num_tasks=2, max_new_tokens=8, max_turns=2, temperature=1.0)
+    tasks = load_heldout(tiny_base["data"], cfg.mix, cfg.num_tasks)
     first, again = (checkpoint_rows(tiny_base["base"], tasks, tiny_base["data"], cfg, "float32") for _ in range(2))
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
     assert strip(first) == strip(again) and len(first) == 4

@@ -51,7 +51,7 @@ def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _run_eval(root: Path, data: Path, gates: list[dict]) -> Path:
     cfg = {"name": "t", "seed": 0, "model": {"dtype": "float32"}, "engine": {"kind": "hf"},
-           "stage": {"suites": ["lookup"], "seeds": [0], "num_tasks": 4, "max_new_tokens": 8, "gates": gates}}  # fmt: skip
+           "stage": {"mix": {"lookup": 1.0}, "seeds": [0], "num_tasks": 4, "max_new_tokens": 8, "gates": gates}}  # fmt: skip
     out = root / "eval"
     run_stage("eval", work, json.dumps(cfg), str(data), "md5", str(root / "long_horizon"), str(out))
     return out
@@ -108,4 +108,4 @@ def test_gate_direction_comes_from_the_metric_unless_set() -> None:
     assert [v["ok"] for v in check_gates(results, [flipped])] == [True]
     assert check_gates(results, [GateConfig(metric="malformed", stages=["long_horizon"])]) == []
     with pytest.raises(ValueError, match="metric"):
-        EvalConfig(suites=["s"], seeds=[0], num_tasks=1, max_new_tokens=1, gates=[{"metric": "sucess"}])
+        EvalConfig(mix={"s": 1.0}, seeds=[0], num_tasks=1, max_new_tokens=1, gates=[{"metric": "sucess"}])

@@ -14,7 +14,7 @@ from harnessrl.report.render import headline
 from harnessrl.report.write import write_report
 from tests.conftest import run_cli
 
-CFG = EvalConfig(suites=["lookup", "edit"], seeds=[0, 1], num_tasks=10, max_new_tokens=8, temperature=0.7)
+CFG = EvalConfig(mix={"lookup": 1.0, "edit": 1.0}, seeds=[0, 1], num_tasks=10, max_new_tokens=8, temperature=0.7)
 SOLVED = {"sft": 2, "rl": 9}  # of 10 tasks per suite and seed: RL clearly helped
 
 
@@ -27,7 +27,7 @@ def _report(root: Path) -> tuple[dict, list[dict]]:
         rows = [{"stage": stage, "checkpoint": f"{stage}-id-0123456789abcdef", "suite": suite, "task_id": f"{suite}{i}",
                  "seed": seed, "success": i < solved, "turns": 1 + i % 4, "tool_calls": 2, "parallel_turns": i % 2,
                  "malformed_turns": int(stage == "sft"), "asked": False, "tokens": 30, "wall_s": 0.2}
-                for suite in CFG.suites for seed in CFG.seeds for i in range(10)]  # fmt: skip
+                for suite in CFG.mix for seed in CFG.seeds for i in range(10)]  # fmt: skip
         results.append(checkpoint_result(stage, rows[0]["checkpoint"], "seal", str(ckpt), rows, CFG))
         episodes += rows
     training = [{"stage": "rl", "global_step": i + 1, "reward": 0.1 * i, "malformed": 0.3 - 0.1 * i} for i in range(3)]

@@ -142,7 +142,7 @@ def test_one_engine_for_the_chain_gives_each_checkpoints_own_episodes(
     from harnessrl.report.episodes import checkpoint_rows
     from harnessrl.report.heldout import load_heldout
 
-    cfg = EvalConfig(suites=["lookup"], seeds=[0], num_tasks=6, max_new_tokens=16, max_turns=2)
+    cfg = EvalConfig(mix={"lookup": 1.0}, seeds=[0], num_tasks=6, max_new_tokens=16, max_turns=2)
     engine = EngineConfig(kind="vllm")
     tasks = load_heldout(tiny_base["data"], ["lookup"], 6)
 

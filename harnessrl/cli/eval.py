@@ -103,7 +103,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
     try:
-        cfg = EvalConfig(suites=args.suite, **{k: getattr(args, k) for k in EVAL_FLAGS})
+        flags = {k: getattr(args, k) for k in EVAL_FLAGS}
+        # --num-tasks counts per suite here; the config's num_tasks is the total its mix shares out.
+        flags["num_tasks"] = flags["num_tasks"] * len(set(args.suite))
+        cfg = EvalConfig(mix=dict.fromkeys(args.suite, 1.0), **flags)
     except ValidationError as e:
         err = e.errors()[0]
         return bad(f"{EVAL_FLAGS.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}")
@@ -128,7 +131,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "--data DIR is required (" + ("no manifest names a data folder)" if args.checkpoint else "--endpoint)")
         )
     try:
-        tasks = load_heldout(data, cfg.suites, cfg.num_tasks)
+        tasks = load_heldout(data, cfg.mix, cfg.num_tasks)
     except (TaskFileError, ValueError) as e:
         return bad(f"--data: {e}")
     out = args.output or Path("runs") / f"eval-{datetime.now():%Y%m%d-%H%M%S}"

@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pm = lsub.add_parser(
         "simulate",
         help="simulated users: work tasks with a served model over HTTP, then send feedback",
-        description="Draw tasks from the recipe's training prompts (stages.rl.suites), work each with the "
+        description="Draw tasks from the recipe's training prompts (stages.rl.mix), work each with the "
         "model at --endpoint through `harnessrl agent --endpoint`'s client in the served checkpoint's "
         "harness, and post each session's feedback (harnessrl/live/simulate.py says what each behaviour sends). "
         "A server with an API key gets $HARNESSRL_API_KEY.",
@@ -207,9 +207,9 @@ def _simulate(args: argparse.Namespace, cfg) -> int:
     served = served_checkpoint(args.live_dir)
     harness = production_harness(load_harness(served) if served else None)
     tasks = [Task.model_validate(r["task"]) for r in read_jsonl(data_dir / "prompts.jsonl")]
-    tasks = [t for t in tasks if t.suite in cfg.stages.rl.suites]
+    tasks = [t for t in tasks if t.suite in cfg.stages.rl.mix]
     if not tasks:
-        raise ValueError(f"stages.rl.suites: no prompts of {cfg.stages.rl.suites} in {data_dir / 'prompts.jsonl'}")
+        raise ValueError(f"stages.rl.mix: no prompts of {list(cfg.stages.rl.mix)} in {data_dir / 'prompts.jsonl'}")
     drawn = random.Random(args.seed).choices(tasks, k=args.sessions)
     rows = simulate(args.endpoint, args.model, drawn, data_dir, harness.budgets, args.behaviour,
                     cfg.stages.rl.temperature, f"sim-{args.behaviour}-{uuid.uuid4().hex[:8]}", args.workers, args.seed,

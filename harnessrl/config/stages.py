@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -11,6 +11,20 @@ from harnessrl.config.harness import Budgets, ContextConfig, episode_budgets
 
 # The chain, in order. `base` builds or loads the model the chain starts from.
 STAGES = ("base", "cpt", "sft", "rl", "long_horizon", "eval")
+
+
+# suite -> weight: how a stage's tasks or conversations are shared among the data's suites.
+Mix = Annotated[dict[str, Annotated[float, Field(gt=0)]], Field(min_length=1)]
+
+
+def shares(mix: dict[str, float], total: int) -> dict[str, int]:
+    """`total` split among the suites by weight (largest remainders; each suite at least one)."""
+    norm = sum(mix.values())
+    exact = {s: total * w / norm for s, w in mix.items()}
+    counts = {s: max(1, int(x)) for s, x in exact.items()}
+    for s in sorted(mix, key=lambda s: int(exact[s]) - exact[s])[: max(0, total - sum(counts.values()))]:
+        counts[s] += 1
+    return counts
 
 
 class TrainConfig(Strict):
@@ -30,6 +44,11 @@ class TrainConfig(Strict):
     zero_stage: int = Field(0, ge=0, le=3)
     precision: Literal["fp32", "bf16"] = "fp32"
     world_size: int = Field(1, gt=0, description="training processes (GPUs on a cluster)")
+    mix: Mix | None = Field(
+        None,
+        description="SFT: suite -> weight, the share of each suite's conversations in an epoch (resampled "
+        "to the data's count); None: every conversation once an epoch",
+    )
     length_buckets: list[int] = Field(
         [],
         description="SFT: token lengths that split conversations into buckets; a batch comes from one bucket, "
@@ -129,7 +148,9 @@ class RLConfig(Strict):
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
-    suites: list[str] = Field(["lookup"], min_length=1, description="the suites of the data's prompts it trains on")
+    mix: Mix = Field(
+        {"lookup": 1.0}, description="suite -> weight: the share of the prompts drawn from each suite of the data"
+    )
     overlong_mask: bool = Field(
         False,
         description="no gradient for an episode that ran out of a budget (turns, tokens, context, summaries) "
@@ -175,7 +196,7 @@ class LongHorizonConfig(RLConfig):
     """RL with self-summarization: the policy compacts its own context at a token trigger. The same
     stage as RL under its own config: its `context` is set, and the loop trains through the summaries."""
 
-    suites: list[str] = Field(["long_horizon"], min_length=1)
+    mix: Mix = Field({"long_horizon": 1.0})
     # A long-horizon task asks for several facts, each a search, with summaries between: more turns
     # than RL's lookups. An episode that runs out of context or summaries is what this stage trains
     # against, so by default it gets no gradient rather than a reward for stopping early (SUPO).
@@ -216,7 +237,7 @@ class GateConfig(Strict):
 
 class EvalConfig(Strict):
     enabled: bool = True
-    suites: list[str] = Field(min_length=1)
+    mix: Mix = Field(description="suite -> weight: num_tasks held-out tasks are split among the suites by weight")
     seeds: list[int] = Field(min_length=1)
     num_tasks: int = Field(gt=0, description="held-out tasks per suite")
     max_new_tokens: int = Field(gt=0, description="per assistant turn")

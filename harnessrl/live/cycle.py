@@ -237,7 +237,7 @@ def gate(cfg: Config, data_dir: Path, served: Path, candidate: Path, state: dict
     from harnessrl.report.heldout import load_heldout
 
     ev = cfg.stages.eval
-    tasks = load_heldout(data_dir, ev.suites, ev.num_tasks)
+    tasks = load_heldout(data_dir, ev.mix, ev.num_tasks)
 
     def result(path: Path, stage: str) -> dict:
         m = read_manifest(path)

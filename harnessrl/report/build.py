@@ -27,7 +27,7 @@ def checkpoint_result(
     stage: str, checkpoint: str, manifest_hash: str | None, path: str, rows: list[dict], cfg: EvalConfig
 ) -> dict[str, Any]:
     with_k = len(cfg.seeds) > 1 and cfg.temperature > 0
-    suites = {s: suite_metrics([r for r in rows if r["suite"] == s], with_k) for s in cfg.suites}
+    suites = {s: suite_metrics([r for r in rows if r["suite"] == s], with_k) for s in cfg.mix}
     pooled = suite_metrics(rows, with_k)
     return {
         "stage": stage,
@@ -112,7 +112,7 @@ def build_report(
 ) -> dict[str, Any]:
     return {
         "schema": 2,
-        "suites": cfg.suites,
+        "suites": list(cfg.mix),
         "seeds": cfg.seeds,
         "temperature": cfg.temperature,
         "num_tasks": cfg.num_tasks,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harnessrl.config.stages import shares
 from harnessrl.tasks.task import Task, TaskFileError, load_suite
 
 
@@ -33,9 +34,9 @@ def _data_folder_tasks(path: Path) -> list[Task]:
     return tasks
 
 
-def load_heldout(data_dir: Path | str, suites: list[str], num_tasks: int) -> list[Task]:
-    """Up to `num_tasks` held-out tasks of each suite, suite by suite. Raises TaskFileError (a
-    ValueError) naming the folder, file or suite that is wrong."""
+def load_heldout(data_dir: Path | str, mix: dict[str, float], num_tasks: int) -> list[Task]:
+    """Up to `num_tasks` held-out tasks, shared among the mix's suites by weight, suite by suite.
+    Raises TaskFileError (a ValueError) naming the folder, file or suite that is wrong."""
     data_dir = Path(data_dir)
     if (data_dir / "heldout.jsonl").is_file():
         tasks = _data_folder_tasks(data_dir / "heldout.jsonl")
@@ -51,9 +52,9 @@ def load_heldout(data_dir: Path | str, suites: list[str], num_tasks: int) -> lis
         )
     unique = list({t.id: t for t in tasks}.values())
     present = sorted({t.suite for t in unique})
-    missing = [s for s in suites if s not in present]
+    missing = [s for s in mix if s not in present]
     if missing:
         raise TaskFileError(
             f"{data_dir}: no held-out tasks of suite {missing[0]!r} (suites here: {', '.join(present)})"
         )
-    return [t for s in suites for t in [t for t in unique if t.suite == s][:num_tasks]]
+    return [t for s, n in shares(mix, num_tasks).items() for t in [t for t in unique if t.suite == s][:n]]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
@@ -135,6 +136,9 @@ class Collector:
         self.pass_rates = dict(pass_rates or {})  # task id -> running success rate: resumable state too
         self.target = cfg.prompts_per_step * (1 if cfg.mode == "sync" else 1 + cfg.max_staleness)
         self.in_flight = 0
+        # Each prompt's weight in a draw: its suite's share of the mix, spread over the suite's prompts.
+        per_suite = Counter(t.suite for t in tasks)
+        self.weight = {t.id: cfg.mix.get(t.suite, 0.0) / per_suite[t.suite] for t in tasks}
 
     def collect(self, step: int, want: int | None = None) -> tuple[list[list[Rollout]], int]:
         """`want` groups (`prompts_per_step` by default) fresh enough for `step`, and how many stale
@@ -177,15 +181,18 @@ class Collector:
         return groups, dropped, extra
 
     def draw(self) -> list[Task]:
-        """One batch of distinct prompts. `pass_rate` weighs each by p(1-p) of its running success
-        rate p (0.5 before it is first seen): prompts always or never solved give uniform groups,
-        which teach nothing, so those in between come up more often."""
+        """One batch of distinct prompts, each suite drawn by its weight in `mix`. `pass_rate` also
+        weighs each prompt by p(1-p) of its running success rate p (0.5 before it is first seen):
+        prompts always or never solved give uniform groups, which teach nothing, so those in between
+        come up more often."""
         k = min(self.cfg.prompts_per_step, len(self.tasks))
-        if self.cfg.curriculum == "uniform":
-            return self.rng.sample(self.tasks, k)
+        if self.cfg.curriculum == "uniform" and len(self.cfg.mix) == 1:
+            return self.rng.sample(self.tasks, k)  # every prompt weighs the same: a plain sample
         pool, chosen = list(self.tasks), []
         for _ in range(k):
-            weights = [learnable(self.pass_rates.get(t.id, 0.5)) for t in pool]
+            weights = [self.weight[t.id] for t in pool]
+            if self.cfg.curriculum == "pass_rate":
+                weights = [w * learnable(self.pass_rates.get(t.id, 0.5)) for w, t in zip(weights, pool, strict=True)]
             chosen.append(pool.pop(self.rng.choices(range(len(pool)), weights)[0]))
         return chosen
 
@@ -306,6 +313,24 @@ def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
     ]
 
 
+def per_suite_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Success, turns, tool calls and malformed turns of each suite's episodes, under `<metric>/<suite>`,
+    where a step mixes suites; a one-suite step's totals say it already."""
+    by: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        by.setdefault(t.meta.get("suite", "?"), []).append(t)
+    if len(by) < 2:
+        return {}
+    out = {}
+    for suite, ts in sorted(by.items()):
+        turns = sum(t.counts.turns for t in ts)
+        out[f"success/{suite}"] = sum(bool(t.outcome.success) for t in ts) / len(ts)
+        out[f"turns/{suite}"] = turns / len(ts)
+        out[f"tool_calls/{suite}"] = sum(t.counts.tool_calls for t in ts) / len(ts)
+        out[f"malformed/{suite}"] = sum(t.counts.malformed_turns for t in ts) / max(1, turns)
+    return out
+
+
 def step_metrics(
     step: int,
     scored: Scored,
@@ -343,6 +368,7 @@ def step_metrics(
         "overlong_masked": scored.masked,
         **{f"ended/{reason}": stops.count(reason) / n for reason in get_args(StopReason)},
         **{f"reward/{k}": sum(t.reward_components[k] for t in trajs) / n for k in trajs[0].reward_components},
+        **per_suite_metrics(trajs),
         "grad_norm": stats.grad_norm,
         "clip_frac": stats.clipped / max(1, stats.tokens),
         "tis/weight": stats.tis_weight_sum / max(1, stats.tokens),
