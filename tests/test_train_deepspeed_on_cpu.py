@@ -44,11 +44,11 @@ def test_golden_cpt_losses_single_process(tiny_base: dict, tmp_path: Path) -> No
 
 
 def corpus_tokens(tiny_base: dict) -> list[int]:
-    from harnessrl.data.build import corpus_files
+    from harnessrl.data.corpus import corpus_texts
     from harnessrl.model import tokenizer
 
     _, tok = load(tiny_base["base"])
-    return tokenizer.corpus_tokens(tok, corpus_files(tiny_base["data"]))
+    return tokenizer.corpus_tokens(tok, corpus_texts(tiny_base["data"]))
 
 
 class Crash(Exception):

@@ -2,7 +2,9 @@
 
 The folder is a suite directory (see harnessrl/tasks/task.py) of the lookup and long-horizon suites,
 which share its repos, plus the stages' files:
-  repos/{train,heldout}/<repo>/...   generated Python repos; the train ones are the CPT code corpus
+  repos/{train,heldout}/<repo>/...   generated Python repos; the train ones go into the CPT corpus
+  corpus/shard-*.jsonl, index.json   the CPT corpus: train files and data.corpus, filtered, deduplicated
+                                     and decontaminated against held-out files (harnessrl/data/corpus.py)
   tasks/{train,heldout}.jsonl        every task, by split (held-out repos are never trained on)
   suite.json                         how the suite was built, and under "data" the data config (less dir)
   sft.jsonl                          {"messages": [...]}: the expert's trajectories, run in the harness;
@@ -26,7 +28,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harnessrl.config import Budgets, ConfigError, ContextConfig, DataConfig, LongHorizonDataConfig, config_hash
+from harnessrl.config import (
+    Budgets,
+    ConfigError,
+    ContextConfig,
+    DataConfig,
+    LongHorizonDataConfig,
+    StoreConfig,
+    config_hash,
+)
+from harnessrl.data.corpus import build_corpus, source_files
 from harnessrl.harness.episode import prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
@@ -54,10 +65,11 @@ class Progress:
                 self.say(f"expert episodes {self.done}/{self.total} ({100 * self.done // self.total}%)")
 
 
-def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
+def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None) -> Path:
     """Write the data folder atomically: a killed build never leaves a half-written `out`. The
     temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
-    `progress` prints a line per tenth of the expert's episodes, the slow part."""
+    `progress` prints a line per tenth of the expert's episodes, the slow part. `store` reaches
+    data.corpus files on s3://."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
         gen = cfg.generated
@@ -65,6 +77,10 @@ def build(cfg: DataConfig, out: Path, progress: bool = False) -> Path:
         tasks = {s: [t for _, _, ts in repos for t in ts if t.split == s] for s in SPLITS}
         for rel, repo, _ in repos:
             repo.write(tmp / rel)
+        # The CPT corpus: the train repos' files and data.corpus; the held-out repos' files only keep
+        # their like out. Paths are relative to the data folder (repos/train/...).
+        files = {s: source_files("generated", tmp / "repos" / s, cfg.filters.extensions, tmp) for s in SPLITS}
+        build_corpus(files["train"], files["heldout"], cfg.corpus, cfg.filters, tmp, store, Progress(1, progress).say)
         sft = _take(rng, tasks["train"], cfg.num_sft)
         prompts = _take(rng, tasks["train"], cfg.num_prompts)
         heldout = _take(rng, tasks["heldout"], cfg.num_heldout)
@@ -215,8 +231,3 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
 def read_jsonl(path: Path | str) -> list[dict]:
     with Path(path).open() as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def corpus_files(data_dir: Path) -> list[Path]:
-    """The CPT code corpus: the train repos only, so held-out repos stay unseen."""
-    return sorted((data_dir / "repos" / "train").rglob("*.py"))
