@@ -85,7 +85,7 @@ def build_corpus(
     heldout = _Dedup(filters.near_dup_threshold)
     for _, _, text in heldout_files:
         if text.strip():
-            heldout.add(text)
+            heldout.add(_digest(text), _minhash(text))
 
     kept = _Dedup(filters.near_dup_threshold)
     counts: dict[str, dict[str, int]] = {}
@@ -93,13 +93,16 @@ def build_corpus(
     for n, (source, path, text, has_path) in enumerate(_documents(train_files, corpus, store), 1):
         c = counts.setdefault(source, dict.fromkeys(COUNTS, 0))
         c["read"] += 1
-        reason = _refusal(text, path if has_path else None, filters, heldout, kept)
+        reason = _filtered(text, path if has_path else None, filters)
+        if reason is None:  # the cheap filters first; then hash it, and look for its like
+            key, sig = _digest(text), _minhash(text)
+            reason = _duplicate(key, sig, heldout, kept)
         c[reason or "kept"] += 1
         if reason is None:
-            kept.add(text)
+            kept.add(key, sig)
             shards.write({"text": text, "source": source, "path": path})
         if say and n % PROGRESS_EVERY == 0:
-            say(f"corpus: {n} files read, {sum(c['kept'] for c in counts.values())} kept")
+            say(f"corpus: {n} files read, {sum(s['kept'] for s in counts.values())} kept")
     shards.close()
 
     total = {k: sum(c[k] for c in counts.values()) for k in COUNTS}
@@ -143,8 +146,9 @@ def corpus_texts(data_dir: Path) -> Iterator[str]:
 # ----------------------------------------------------------------------------- filters
 
 
-def _refusal(text: str, path: str | None, f: CorpusFilterConfig, heldout: _Dedup, kept: _Dedup) -> str | None:
-    """Why a document stays out of the corpus, or None to keep it."""
+def _filtered(text: str, path: str | None, f: CorpusFilterConfig) -> str | None:
+    """The filter that refuses a document for what it is, or None. `path` is None for a corpus row
+    without a path_field: the filters on paths then let it through."""
     if not text.strip():
         return "empty"
     if path is not None and not path.endswith(tuple(f.extensions)):
@@ -159,8 +163,13 @@ def _refusal(text: str, path: str | None, f: CorpusFilterConfig, heldout: _Dedup
     lengths = [len(line) for line in text.splitlines()]
     if max(lengths) > MAX_LINE_CHARS or sum(lengths) / len(lengths) > MAX_MEAN_LINE_CHARS:
         return "minified"
-    key, sig = _digest(text), _minhash(text)
-    if heldout.has(key, sig):
+    return None
+
+
+def _duplicate(key: str, sig: MinHash | None, heldout: _Dedup, kept: _Dedup) -> str | None:
+    """Whether a document is like a held-out file (checked first: a leak matters more than a
+    duplicate) or like one already kept, or None."""
+    if key in heldout.hashes or heldout.near(sig):
         return "decontaminated"
     if key in kept.hashes:
         return "exact_dup"
@@ -188,8 +197,7 @@ class _Dedup:
     def __len__(self) -> int:
         return len(self.hashes)
 
-    def add(self, text: str) -> None:
-        key, sig = _digest(text), _minhash(text)
+    def add(self, key: str, sig: MinHash | None) -> None:
         if key in self.hashes:
             return
         self.hashes.add(key)
@@ -198,9 +206,6 @@ class _Dedup:
 
     def near(self, sig: MinHash | None) -> bool:
         return sig is not None and self.lsh is not None and bool(self.lsh.query(sig))
-
-    def has(self, key: str, sig: MinHash | None) -> bool:
-        return key in self.hashes or self.near(sig)
 
 
 def _digest(text: str) -> str:
