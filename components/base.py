@@ -12,7 +12,8 @@ from pathlib import Path
 from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import ModelConfig
-from harnessrl.data.build import corpus_files, read_jsonl
+from harnessrl.data.build import read_jsonl
+from harnessrl.data.corpus import corpus_texts
 from harnessrl.stage import StageContext
 
 
@@ -29,7 +30,7 @@ def work(ctx: StageContext) -> dict:
                 _link_or_copy(f, ctx.out / f.name)
         return {"params": sum(p.numel() for p in model.parameters()), "source": model_cfg.path}
 
-    texts = [p.read_text() for p in corpus_files(ctx.data_dir)]
+    texts = list(corpus_texts(ctx.data_dir))
     texts += ["".join(t for t, _ in segments(row["messages"])) for row in read_jsonl(ctx.data_dir / "sft.jsonl")]
     tok = as_hf(train_bpe(texts, model_cfg.arch.vocab_size))
     model = build_from_arch(model_cfg.arch, tok.convert_tokens_to_ids(PAD), seed=ctx.cfg["seed"])

@@ -8,7 +8,7 @@ TrainJob (harnessrl/cluster/trainjob.py). Exports HF safetensors.
 from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import TrainConfig
-from harnessrl.data.build import corpus_files
+from harnessrl.data.corpus import corpus_shards, shard_texts
 from harnessrl.stage import StageContext
 
 
@@ -37,13 +37,15 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
 
     cfg = TrainConfig.model_validate(ctx.cfg["stage"])
     model, tok = load(ctx.parent, ctx.cfg["model"]["dtype"])
-    tokens = corpus_tokens(tok, corpus_files(ctx.data_dir))
+    shards = [corpus_tokens(tok, shard_texts(s)) for s in corpus_shards(ctx.data_dir)]
+    tokens = [t for shard in shards for t in shard]
     run = Run(ctx.out / "metrics.jsonl", "cpt", rank, world, ctx.state_dir, cfg.checkpoint_every)
     engine, last = train(model, packed_batches(tokens, cfg, ctx.cfg["seed"], rank, world), cfg, run)
     export_hf(engine, model, tok, ctx.out, rank)
     return {
         "loss": last["loss"],
         "corpus_tokens": len(tokens),
+        "corpus_shard_tokens": [len(s) for s in shards],
         "steps": cfg.steps,
         "world_size": world,
         "zero_stage": cfg.zero_stage,

@@ -45,7 +45,7 @@ def work(cfg: DataConfig, md5: str, folder: str, remote: str, store: StoreConfig
     print(f"[data] no version of data config {cfg.name} was pushed: building it, then pushing to {remote}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        build(cfg, scratch / "data", progress=True)
+        build(cfg, scratch / "data", progress=True, store=store)
         md5 = dvc.push(scratch, scratch / "data", remote, store)["md5"]
         with atomic_dir(out) as tmp:
             tmp.rmdir()

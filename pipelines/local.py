@@ -111,7 +111,7 @@ def ensure_data(cfg: Config, root: Path) -> tuple[Path, str]:
     data_dir = data_folder(cfg.data, root)
     if not data_dir.exists():
         print(f"data: building {data_dir} (seed {cfg.data.seed})", flush=True)
-        build_data(cfg.data, data_dir, progress=True)
+        build_data(cfg.data, data_dir, progress=True, store=cfg.store)
     check_built_from(cfg.data, data_dir)
     return data_dir.resolve(), dvc_dir_md5(data_dir)
 

@@ -1,10 +1,13 @@
 """The data folder built from the lookup suite: deterministic, split by repo, SFT rows that render for
 training, and prompt rows that carry what an episode needs."""
 
+import json
+
 import pytest
 
 from harnessrl.config import Budgets, DataConfig
-from harnessrl.data.build import build, corpus_files, read_jsonl
+from harnessrl.data.build import build, read_jsonl
+from harnessrl.data.corpus import corpus_texts
 from harnessrl.data.md5 import dvc_dir_md5
 from harnessrl.harness.episode import AssistantTurn, run_task
 from harnessrl.tasks.expert import Expert
@@ -14,7 +17,15 @@ from tests.conftest import needs_bwrap
 # Every test builds a data folder, whose conversations are expert episodes in the sandbox.
 pytestmark = needs_bwrap
 
-CFG = DataConfig(name="t", dir="data", seed=5, sources=[{"name": "generated", "generated": {"num_repos": 4, "files_per_repo": 3}}], num_sft=24, num_prompts=8, num_heldout=4)
+CFG = DataConfig(
+    name="t",
+    dir="data",
+    seed=5,
+    sources=[{"name": "generated", "generated": {"num_repos": 4, "files_per_repo": 3}}],
+    num_sft=24,
+    num_prompts=8,
+    num_heldout=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +48,11 @@ def test_rows_and_splits(data):
     assert {r["task"]["split"] for r in prompts} == {"train"} and {r["task"]["split"] for r in held} == {"heldout"}
     held_repos = {r["repo"] for r in held}
     assert held_repos and all(r.startswith("heldout/") for r in held_repos)
-    corpus = {p.relative_to(data / "repos").parts[0] for p in corpus_files(data)}
-    assert corpus == {"train"}  # held-out repos never reach CPT
+    corpus = [json.loads(line) for shard in sorted((data / "corpus").glob("shard-*.jsonl")) for line in shard.open()]
+    assert {r["path"].split("/")[1] for r in corpus} == {"train"}  # held-out repos never reach CPT
+    index = json.loads((data / "corpus" / "index.json").read_text())
+    train_py = [p for p in (data / "repos" / "train").rglob("*.py") if p.read_text().strip()]
+    assert len(corpus) == index["total"]["kept"] == len(train_py)  # every non-empty generated file, once
 
 
 def test_sft_rows_are_expert_episodes_that_render(data):
@@ -49,7 +63,7 @@ def test_sft_rows_are_expert_episodes_that_render(data):
         roles = [m["role"] for m in row["messages"]]
         assert roles == ["system", "user", "assistant", "tool", "assistant"]
         assert row["messages"][2]["content"].startswith("<tool_call>")
-    texts = [p.read_text() for p in corpus_files(data)] + ["".join(t for t, _ in segments(r["messages"])) for r in rows]
+    texts = list(corpus_texts(data)) + ["".join(t for t, _ in segments(r["messages"])) for r in rows]
     tok = as_hf(train_bpe(texts, 400))
     ids, mask = render_ids(tok, rows[0]["messages"])
     assert len(ids) == len(mask) and 0 < sum(mask) < len(ids)

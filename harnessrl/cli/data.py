@@ -51,7 +51,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         print("harnessrl: error: --push pushes the data config's own folder; drop -o", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = args.output or data_folder(cfg.data, args.repo)
-    build(cfg.data, out, progress=True)
+    store = cfg.store.model_copy(update={"endpoint_url": args.endpoint_url or cfg.store.endpoint_url})
+    build(cfg.data, out, progress=True, store=store)  # the store reaches data.corpus files on s3://
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
     return _cmd_data_remote(args, cfg) if args.push else 0
 

@@ -60,7 +60,8 @@ def tokenizer_texts(data_dir: Path | None, seed: int) -> list[str]:
     """What the tokenizer learns from: a data folder's corpus and conversations, or generated code;
     either way the opening a Qwen-style template renders for every tool (system prompt and tool
     schemas), which every prompt starts with, so the BPE learns to spend few tokens on it."""
-    from harnessrl.data.build import corpus_files, read_jsonl
+    from harnessrl.data.build import read_jsonl
+    from harnessrl.data.corpus import corpus_texts
     from harnessrl.harness.protocol import render_tools_prompt
     from harnessrl.harness.spec import system_prompt
     from harnessrl.harness.tools import ALL_TOOLS
@@ -70,7 +71,7 @@ def tokenizer_texts(data_dir: Path | None, seed: int) -> list[str]:
     openings = [f"{system_prompt([name])}\n\n{render_tools_prompt({name: tool})}" for name, tool in ALL_TOOLS.items()]
     openings.append(f"{system_prompt(list(ALL_TOOLS))}\n\n{render_tools_prompt(ALL_TOOLS)}")
     if data_dir is not None:
-        texts = [p.read_text() for p in corpus_files(data_dir)]
+        texts = list(corpus_texts(data_dir))
         texts += ["".join(t for t, _ in segments(row["messages"])) for row in read_jsonl(data_dir / "sft.jsonl")]
         return texts + openings
     rng = random.Random(seed)

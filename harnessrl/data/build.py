@@ -2,7 +2,9 @@
 
 The folder is a suite directory (see harnessrl/tasks/task.py) of the lookup and long-horizon suites,
 which share its repos, plus the stages' files:
-  repos/{train,heldout}/<repo>/...   generated Python repos; the train ones are the CPT code corpus
+  repos/{train,heldout}/<repo>/...   generated Python repos; the train ones go into the CPT corpus
+  corpus/shard-*.jsonl, index.json   the CPT corpus: train files and data.corpus, filtered, deduplicated
+                                     and decontaminated against held-out files (harnessrl/data/corpus.py)
   tasks/{train,heldout}.jsonl        every task, by split (held-out repos are never trained on)
   suite.json                         how the suite was built, and under "data" the data config (less dir)
   sft.jsonl                          {"messages": [...]}: the expert's trajectories, run in the harness;
@@ -23,7 +25,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harnessrl.config import (
@@ -35,6 +37,7 @@ from harnessrl.config import (
     StoreConfig,
     config_hash,
 )
+from harnessrl.data.corpus import build_corpus, source_files
 from harnessrl.data.sources import write_sources
 from harnessrl.harness.episode import prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
@@ -67,7 +70,8 @@ class Progress:
 def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None) -> Path:
     """Write the data folder atomically: a killed build never leaves a half-written `out`. The
     temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
-    `progress` prints a line per tenth of the expert's episodes, the slow part."""
+    `progress` prints a line per tenth of the expert's episodes, the slow part. `store` reaches
+    data.corpus files on s3://."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
         gen = cfg.generated
@@ -75,6 +79,8 @@ def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig
         tasks = {s: [t for _, _, ts in repos for t in ts if t.split == s] for s in SPLITS}
         for rel, repo, _ in repos:
             repo.write(tmp / rel)
+        # The CPT corpus: the train repos' files and data.corpus; the held-out repos' files only keep
+        # their like out. Paths are relative to the data folder (repos/train/...).
         sft = _take(rng, tasks["train"], cfg.num_sft)
         prompts = _take(rng, tasks["train"], cfg.num_prompts)
         heldout = _take(rng, tasks["heldout"], cfg.num_heldout)
@@ -111,6 +117,19 @@ def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig
         prompts += mined["train"]
         heldout += mined["heldout"]
         write_sources(tmp, infos)
+
+        # The CPT corpus: the train sources' files (generated repos, real sources' copies; never a
+        # task's snapshot with its planted change) and the corpus shards. Held-out sources' files are
+        # read only to keep their copies out (decontamination).
+        def corpus_files(split: str) -> Iterator[tuple[str, str, str]]:
+            for rel, _, _ in repos:
+                if rel.split("/")[1] == split:
+                    yield from source_files("generated", tmp / rel, cfg.filters.extensions, tmp)
+            for src in real:
+                if src.split == split:
+                    yield from source_files(src.name, tmp / "repos" / split / src.name, cfg.filters.extensions, tmp)
+
+        build_corpus(corpus_files("train"), corpus_files("heldout"), cfg.corpus, cfg.filters, tmp, store, bar.say)
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 
         for split in SPLITS:
@@ -241,8 +260,3 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
 def read_jsonl(path: Path | str) -> list[dict]:
     with Path(path).open() as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def corpus_files(data_dir: Path) -> list[Path]:
-    """The CPT code corpus: the train repos only, so held-out repos stay unseen."""
-    return sorted((data_dir / "repos" / "train").rglob("*.py"))

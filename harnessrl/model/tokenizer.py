@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -115,14 +114,14 @@ def stop_ids(tok) -> list[int]:
     return [s for s in stop if s is not None and s != tok.unk_token_id] or [tok.eos_token_id]
 
 
-def corpus_tokens(tok, files: Iterable[Path]) -> list[int]:
-    """A code corpus as one token stream for CPT packing, each file ended by <|endoftext|>."""
+def corpus_tokens(tok, texts: Iterable[str]) -> list[int]:
+    """A code corpus as one token stream for CPT packing, each document ended by <|endoftext|>."""
     end = tok.convert_tokens_to_ids(EOS)
     if end is None or end == tok.unk_token_id:  # a real model without it: its own end of document
         end = tok.eos_token_id
     out: list[int] = []
-    for path in files:
-        out += [*tok.encode(path.read_text(), add_special_tokens=False), end]
+    for text in texts:
+        out += [*tok.encode(text, add_special_tokens=False), end]
     return out
 
 
