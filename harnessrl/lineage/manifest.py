@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.config import config_hash
+from harnessrl.data.sources import read_sources
 from harnessrl.io import file_digest, tree_digest, write_json
 
 MANIFEST = "manifest.json"
@@ -120,6 +121,8 @@ def write_manifest(
     """
     parent_manifest = read_manifest(parent) if parent is not None else None
     all_data = {"data": {"md5": data_md5, "path": None if data_dir is None else str(Path(data_dir).resolve())}}
+    if data_dir is not None and read_sources(data_dir):  # where the data's code came from, pinned
+        all_data["data"]["sources"] = read_sources(data_dir)
     manifest = {
         "schema": SCHEMA,
         "id": tree_digest(ckpt, exclude=(MANIFEST, "metrics.jsonl")),

@@ -26,6 +26,9 @@ def render_chain(ckpt: Path) -> str:
             f"code {code}  {metrics}  [{when}]"
         )
         lines.append(f"{'   ' * depth}   {path}")
+        for src in datasets(m).get("data", {}).get("sources", []):
+            lines.append(f"{'   ' * depth}   source {src['name']} ({src['split']}): {src['path']} at "
+                         f"{src['revision'][:17]}, license {src['license'] or 'unknown'}")  # fmt: skip
     return "\n".join(lines)
 
 

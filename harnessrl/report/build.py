@@ -27,7 +27,10 @@ def checkpoint_result(
     stage: str, checkpoint: str, manifest_hash: str | None, path: str, rows: list[dict], cfg: EvalConfig
 ) -> dict[str, Any]:
     with_k = len(cfg.seeds) > 1 and cfg.temperature > 0
-    suites = {s: suite_metrics([r for r in rows if r["suite"] == s], with_k) for s in cfg.mix}
+    # A suite mined from real sources is reported per source too (row_suite): `lookup`, `lookup@email`.
+    suites = {
+        s: suite_metrics([r for r in rows if r["suite"] == s], with_k) for s in dict.fromkeys(r["suite"] for r in rows)
+    }
     pooled = suite_metrics(rows, with_k)
     return {
         "stage": stage,
@@ -112,7 +115,8 @@ def build_report(
 ) -> dict[str, Any]:
     return {
         "schema": 2,
-        "suites": list(cfg.mix),
+        "suites": list(dict.fromkeys(s for r in results for s in r["suites"])),  # generated, then per source
+        "mix": cfg.mix,
         "seeds": cfg.seeds,
         "temperature": cfg.temperature,
         "num_tasks": cfg.num_tasks,

@@ -35,8 +35,10 @@ def _data_folder_tasks(path: Path) -> list[Task]:
 
 
 def load_heldout(data_dir: Path | str, mix: dict[str, float], num_tasks: int) -> list[Task]:
-    """Up to `num_tasks` held-out tasks, shared among the mix's suites by weight, suite by suite.
-    Raises TaskFileError (a ValueError) naming the folder, file or suite that is wrong."""
+    """Held-out tasks, suite by suite: `num_tasks` shared among the mix's suites by weight, and each
+    suite's share taken from each of its sources (generated repos, each real source), which the
+    report keeps apart. Raises TaskFileError (a ValueError) naming the folder, file or suite that is
+    wrong."""
     data_dir = Path(data_dir)
     if (data_dir / "heldout.jsonl").is_file():
         tasks = _data_folder_tasks(data_dir / "heldout.jsonl")
@@ -57,4 +59,9 @@ def load_heldout(data_dir: Path | str, mix: dict[str, float], num_tasks: int) ->
         raise TaskFileError(
             f"{data_dir}: no held-out tasks of suite {missing[0]!r} (suites here: {', '.join(present)})"
         )
-    return [t for s, n in shares(mix, num_tasks).items() for t in [t for t in unique if t.suite == s][:n]]
+    picked = []
+    for suite, n in shares(mix, num_tasks).items():
+        mine = [t for t in unique if t.suite == suite]
+        for source in dict.fromkeys(t.source for t in mine):
+            picked += [t for t in mine if t.source == source][:n]
+    return picked

@@ -11,6 +11,7 @@ from typing import Any
 
 from harnessrl.harness.episode import Trajectory
 from harnessrl.report.stats import bootstrap_ratio, pass_at_k, wilson
+from harnessrl.tasks.task import Task
 
 # name -> (what it is, how its interval is computed, whether higher is better). "rate": share of
 # episodes (Wilson); "ratio": share of turns (bootstrap over episodes); "mean": per episode (bootstrap).
@@ -25,6 +26,12 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "tokens": ("generated tokens per episode", "mean", False),
     "wall_s": ("wall seconds per episode", "mean", False),
 }
+
+
+def row_suite(task: Task) -> str:
+    """The report's name for a task's suite: the suite, or `suite@source` for a task mined from a real
+    source, so generated and real numbers are reported side by side, never pooled into one."""
+    return task.suite if task.source is None else f"{task.suite}@{task.source}"
 
 
 def episode_row(traj: Trajectory, suite: str, seed: int) -> dict[str, Any]:

@@ -126,7 +126,10 @@ def probe(repo_dir: Path, packages: list[str], calls: Calls, timeout_s: float = 
     res = check_sandbox(repo_dir, timeout_s).run(python_command(files, ["probe.py"]))
     if MARK not in res.output:
         return {m: {"error": f"probe failed (exit {res.exit_code}): {res.output[-300:]}"} for m in calls}
-    return json.loads(res.output.rsplit(MARK, 1)[1].strip().splitlines()[0])
+    try:
+        return json.loads(res.output.rsplit(MARK, 1)[1].strip().splitlines()[0])
+    except (json.JSONDecodeError, IndexError):  # the output was cut short: a function printed too much
+        return {m: {"error": f"probe output unreadable (exit {res.exit_code})"} for m in calls}
 
 
 def returns(result: dict, calls: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
