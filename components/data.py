@@ -9,7 +9,7 @@ step's output, which nothing changes once it is written. The DAG fills it one of
   remote (cluster runs);
 - `remote` alone: no version of this data config was pushed yet. It is built from the config and
   pushed; its md5 goes to every stage's manifest. Compiles pull it once its pointer is committed
-  (`harnessrl data pull` then `git add data/<folder>.dvc`, or `data build --push` from a checkout).
+  (`harnessrl data pull` then `git add` the pointer, or `data build --push` from a checkout).
 """
 
 import shutil

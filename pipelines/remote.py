@@ -1,7 +1,8 @@
 """Compile the recipe's DAG to KFP v2 IR, and submit it to a Kubeflow Pipelines endpoint.
 
 Compiling builds nothing and writes nothing but the IR: the data version comes from what git tracks,
-the data config's DVC pointer (`data/<name>-<config hash>.dvc`), and the DAG's data step pulls it from
+the data config's DVC pointer (the root's `data.dvc` for the default recipe, else
+`data/<name>-<config hash>.dvc`), and the DAG's data step pulls it from
 the DVC remote on the cluster. Without a pointer, the data step builds that data config and pushes it.
 """
 
@@ -22,7 +23,7 @@ from pipelines.live import build_live_pipeline
 
 def data_source(cfg: Config, root: Path) -> DataSource:
     """The data step's source on a cluster: the pushed version of this data config, if there is one."""
-    pointer = dvc_file(data_folder(cfg.data, root))
+    pointer = dvc_file(data_folder(cfg.data, root), root)
     md5 = yaml.safe_load(pointer.read_text())["outs"][0]["md5"] if pointer.is_file() else ""
     store = json.dumps(cfg.store.model_dump(), sort_keys=True)
     return DataSource(md5=md5, remote=cfg.store.data_remote, store=store)

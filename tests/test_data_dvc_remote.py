@@ -15,6 +15,7 @@ import yaml
 
 from harnessrl.cli import main
 from harnessrl.config import compose
+from harnessrl.data import remote
 from harnessrl.data.build import build, data_folder
 from harnessrl.data.md5 import dvc_dir_md5
 from tests.s3_server import S3, s3  # noqa: F401
@@ -104,6 +105,21 @@ def test_push_then_pull_through_s3_restores_identical_bytes(repo_with_data: Path
     assert tree(data) == before
     assert not (repo / "runs").exists(), "the S3 remote, not the default local one, was used"
     capsys.readouterr()
+
+
+def test_the_default_recipes_pointer_is_the_roots_data_dvc(repo_with_data: Path) -> None:
+    repo, data = repo_with_data, smoke_folder(repo_with_data)
+    before, store = tree(data), compose(SMOKE).store
+    url = str(repo / "runs" / "dvc-remote")
+    r = remote.push(repo, data, url, store, at_root=True)
+    pointer = yaml.safe_load((repo / "data.dvc").read_text())["outs"][0]
+    assert pointer["path"] == data.relative_to(repo).as_posix() and pointer["md5"] == r["md5"]
+    assert not data.with_name(data.name + ".dvc").exists()  # one pointer, at the root
+    assert remote.dvc_file(data, repo) == repo / "data.dvc"
+    shutil.rmtree(data)
+    shutil.rmtree(repo / ".dvc" / "cache")
+    assert remote.pull(repo, data, url, store)["md5"] == r["md5"]
+    assert tree(data) == before
 
 
 def test_pull_without_data_dvc_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -62,7 +62,8 @@ def test_dag_edges_follow_the_chain(tmp_path: Path) -> None:
 
 def test_compile_takes_the_data_version_from_its_pointer_and_writes_nothing(tmp_path: Path, capsys) -> None:
     cfg = compose([])
-    pointer = REPO / "data" / f"{folder_name(cfg.data)}.dvc"
+    pointer = REPO / "data.dvc"  # the default recipe's, at the root
+    assert yaml.safe_load(pointer.read_text())["outs"][0]["path"] == f"data/{folder_name(cfg.data)}"
     before = {p: p.stat().st_mtime_ns for p in (REPO / "data").iterdir()} if (REPO / "data").is_dir() else {}
     spec, _ = compile_ir(tmp_path, "recipe=tiny")
     data = data_step_inputs(spec)

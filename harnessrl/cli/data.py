@@ -66,9 +66,12 @@ def _cmd_data_remote(args: argparse.Namespace, cfg: Config) -> int:
     folder = data_folder(cfg.data, args.repo)
     try:
         if args.data_command in ("push", "build"):
-            r = remote.push(args.repo, folder, url, store)
+            # The default recipe's data is pointed at by the repo root's data.dvc; other recipes' by their own.
+            default = folder.resolve() == data_folder(compose([]).data, args.repo).resolve()
+            r = remote.push(args.repo, folder, url, store, at_root=default)
             print(f"pushed {folder} (md5 {r['md5']}, {r['pushed']} new objects) to {r['remote']}")
-            print(f"commit {remote.dvc_file(folder)}: compile and submit take the data version from it")
+            print(f"commit {remote.dvc_file(folder, args.repo.resolve())}: compile and submit take the data "
+                  "version from it")  # fmt: skip
         else:
             r = remote.pull(args.repo, folder, url, store)
             print(f"pulled {folder} (md5 {r['md5']} verified, {r['fetched']} fetched) from {r['remote']}")

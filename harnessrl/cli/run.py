@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     cluster_note = (
         "Builds nothing and writes only the IR. The data step pulls the data version that the data "
-        "config's pointer data/<name>-<config hash>.dvc names from store.data_remote; without a pointer "
+        "config's pointer (the root's data.dvc for the default recipe, else data/<name>-<config hash>.dvc) "
+        "names from store.data_remote; without a pointer "
         "it builds the data on the cluster and pushes it (`harnessrl data build` and `data push` do it "
         "from here instead)."
     )

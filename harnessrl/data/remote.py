@@ -70,12 +70,21 @@ def open_repo(root: Path, url: str, cfg: StoreConfig) -> Iterator:
             os.environ["DVC_SITE_CACHE_DIR"] = old
 
 
-def dvc_file(data_dir: Path) -> Path:
+ROOT_POINTER = "data.dvc"  # at the repo root: the default recipe's data folder
+
+
+def dvc_file(data_dir: Path, root: Path | None = None) -> Path:
+    """A data folder's DVC pointer: the repo root's `data.dvc` where it names this folder (the
+    default recipe's data), else `<folder>.dvc` beside the folder."""
+    if root is not None and (root / ROOT_POINTER).is_file():
+        outs = yaml.safe_load((root / ROOT_POINTER).read_text()).get("outs") or [{}]
+        if (root / outs[0].get("path", "")).resolve() == Path(data_dir).resolve():
+            return root / ROOT_POINTER
     return data_dir.with_name(data_dir.name + ".dvc")
 
 
-def recorded_md5(data_dir: Path) -> str:
-    path = dvc_file(data_dir)
+def recorded_md5(data_dir: Path, root: Path | None = None) -> str:
+    path = dvc_file(data_dir, root)
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: not found; run `harnessrl data push` (with the same recipe and "
@@ -91,15 +100,24 @@ def _inside(root: Path, data_dir: Path) -> Path:
     return data_dir
 
 
-def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
-    """`dvc add` the data folder (updating its pointer) and push its files; returns md5 and counts."""
+def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig, at_root: bool = False) -> dict:
+    """`dvc add` the data folder (updating its pointer) and push its files; returns md5 and counts.
+    `at_root`: the pointer is the repo root's `data.dvc` (the default recipe's data), whose `path`
+    names the folder below it."""
     data_dir = _inside(root, data_dir)
+    root = root.resolve()
     if not data_dir.is_dir():
         raise FileNotFoundError(f"{data_dir}: no data folder; build it with `harnessrl data build`")
-    with open_repo(root.resolve(), url, cfg) as repo:
+    with open_repo(root, url, cfg) as repo:
         repo.add([str(data_dir)])
-        pushed = repo.push(targets=[str(dvc_file(data_dir))])
-    md5 = recorded_md5(data_dir)
+        beside = data_dir.with_name(data_dir.name + ".dvc")
+        if at_root:  # dvc add writes the pointer beside the folder; move it up, its path made relative
+            pointer = yaml.safe_load(beside.read_text())
+            pointer["outs"][0]["path"] = data_dir.relative_to(root).as_posix()
+            (root / ROOT_POINTER).write_text(yaml.safe_dump(pointer, sort_keys=False))
+            beside.unlink()
+        pushed = repo.push(targets=[str(dvc_file(data_dir, root))])
+    md5 = recorded_md5(data_dir, root)
     ours = dvc_dir_md5(data_dir)
     if ours != md5:  # our cache keys must be DVC's md5s; a mismatch is a bug in data/md5.py
         raise RuntimeError(f"{data_dir}: dvc recorded {md5}, harnessrl.data.md5 computes {ours}")
@@ -109,12 +127,13 @@ def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
 def pull(root: Path, data_dir: Path, url: str, cfg: StoreConfig) -> dict:
     """Fetch the files the folder's pointer names and check the folder out; verifies its md5."""
     data_dir = _inside(root, data_dir)
-    md5 = recorded_md5(data_dir)
+    md5 = recorded_md5(data_dir, root.resolve())
+    pointer = dvc_file(data_dir, root.resolve())
     with open_repo(root.resolve(), url, cfg) as repo:
-        stats = repo.pull(targets=[str(dvc_file(data_dir))], force=True)
+        stats = repo.pull(targets=[str(pointer)], force=True)
     got = dvc_dir_md5(data_dir)
     if got != md5:
-        raise RuntimeError(f"{data_dir}: after pull md5 is {got}, {dvc_file(data_dir).name} records {md5}")
+        raise RuntimeError(f"{data_dir}: after pull md5 is {got}, {pointer.name} records {md5}")
     return {
         "md5": md5,
         "fetched": stats.get("stats", {}).get("fetched", 0),
