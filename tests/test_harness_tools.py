@@ -282,6 +282,10 @@ def test_lint(env):
     out = call(ctx, "lint", path="calc")
     assert out.startswith("[exit code 1]") and "calc/parser.py:1:8: F401" in out
     assert call(ctx, "lint", path="calc/ops.py").startswith("[exit code 0]")
+    assert call(ctx, "lint", path="calc", select="F821").startswith("[exit code 0]")  # only the rules asked for
+    assert "F401" in call(ctx, "lint", path="calc", select="F401,E")
+    with pytest.raises(Exception, match="select"):
+        call(ctx, "lint", path="calc", select="F401; rm -rf /")
 
 
 @needs_bwrap

@@ -78,7 +78,7 @@ def test_expert_makes_parallel_calls(expert_runs):
     for name in ("edit", "bugfix"):
         assert any(t.counts.parallel_turns > 0 for t in expert_runs[name]), name
     turn = next(t for t in expert_runs["bugfix"][0].turns if len(t.calls) > 1)
-    assert [c.name for c in turn.calls] == ["run_tests", "read_file", "read_file"]
+    assert [c.name for c in turn.calls] == ["run_tests", "read_file", "grep"]
     asked = [t for t in expert_runs["edit"] if t.counts.ask_user]
     assert all(len(t.turns[0].calls) == 2 for t in asked)  # grep and ask_user in one turn
 

@@ -22,9 +22,11 @@ from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.harness.episode import AssistantTurn, Trajectory, run_tasks
 from harnessrl.harness.protocol import render_calls
 from harnessrl.tasks.diffs import hunk_edit, new_file_text, parse_patch
+from harnessrl.tasks.lint import RULES
 from harnessrl.tasks.task import Task
 
 Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
+FUNCTION_LINES = 40  # lines the bugfix expert reads from a function's def
 
 
 def call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -111,23 +113,29 @@ def param(task: Task) -> Script:
 
 
 def bugfix(task: Task) -> Script:
+    """Run the failing test, read it and find the function at once; read the function, fix it, test."""
     s = task.solution
-    yield turn(
+    _, _, out = yield turn(
         call("run_tests", paths=[s.test_path]),
         call("read_file", path=s.test_path),
-        call("read_file", path=s.path),
+        call("grep", pattern=f"^def {s.name}\\(", path=s.path),
     )
+    _, line, _ = grep_hits(out)[0]
+    yield turn(call("read_file", path=s.path, start_line=line, end_line=line + FUNCTION_LINES))
     yield turn(call("edit_file", path=s.path, old_str=s.old, new_str=s.new))
     yield turn(call("run_tests", paths=[s.test_path]))
     yield turn(call("finish", summary=f"Fixed a wrong {s.kind} in {s.name} ({s.path}); the test passes."))
 
 
 def lint(task: Task) -> Script:
-    """Run the linter and read the file at once, remove the violation, lint again, finish."""
+    """Lint the file for the rules the task names, read just the lines around the report, fix them,
+    lint again, finish: a real file is long, and reading all of it costs context for nothing."""
     s = task.solution
-    yield turn(call("lint", path=s.path), call("read_file", path=s.path))
+    (out,) = yield turn(call("lint", path=s.path, select=RULES))
+    line = int(re.search(rf"{re.escape(s.path or '')}:(\d+):", out).group(1))  # type: ignore[union-attr]
+    yield turn(call("read_file", path=s.path, start_line=max(1, line - 3), end_line=line + 3))
     yield turn(call("edit_file", path=s.path, old_str=s.old, new_str=s.new))
-    yield turn(call("lint", path=s.path))
+    yield turn(call("lint", path=s.path, select=RULES))
     what = "an unused import" if s.kind == "unused_import" else "a misspelt name"
     yield turn(call("finish", summary=f"Fixed {what} in {s.path}; ruff is clean."))
 

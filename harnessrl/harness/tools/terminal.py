@@ -38,11 +38,18 @@ def run_terminal(ctx: ToolContext, args: RunTerminalArgs) -> str:
 class LintArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str = Field(".", description="File or directory to lint, relative to the workspace root.")
+    select: str | None = Field(
+        None,
+        pattern=r"^[A-Z]+[0-9]*(,[A-Z]+[0-9]*)*$",
+        description="Only these rules: comma-separated codes or prefixes, e.g. F401,F821 or F.",
+    )
 
 
 def lint(ctx: ToolContext, args: LintArgs) -> str:
     target = show(ctx.workspace, confine(ctx.workspace, args.path))
-    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--", target]
+    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--output-format", "concise"]
+    cmd += ["--select", args.select] if args.select else []
+    cmd += ["--", target]
     res = sandbox_run(ctx, shlex.join(cmd), None)
     return truncate(f"[{_status(res)}]\n{res.output}", ctx.output_chars)
 
