@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -88,6 +88,8 @@ class GeneratedConfig(Strict):
 
 
 SOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# Suites that can be mined from a real source (harnessrl/tasks/mine.py).
+MINED_SUITES = ("lookup", "long_horizon", "edit", "lint", "bugfix")
 
 
 class SourceConfig(Strict):
@@ -106,6 +108,9 @@ class SourceConfig(Strict):
     include: list[str] = Field(["**/*.py"], min_length=1, description="globs of files to read, from the root")
     exclude: list[str] = Field([], description="globs of files to skip, from the root")
     split: Literal["train", "heldout"] = "train"
+    tasks: dict[Literal[MINED_SUITES], Annotated[int, Field(ge=0)]] = Field(
+        {}, description="suite -> the most validated tasks mined from this source ({}: corpus only)"
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> SourceConfig:
@@ -114,7 +119,7 @@ class SourceConfig(Strict):
         if self.generated is not None:
             # Generated repos hold a quarter out by repo, and have no revision or license to record.
             fields = type(self).model_fields
-            idle = [f for f in ("revision", "license", "include", "exclude", "split")
+            idle = [f for f in ("revision", "license", "include", "exclude", "split", "tasks")
                     if getattr(self, f) != fields[f].default]  # fmt: skip
             if idle:
                 raise ValueError(f"source {self.name!r}: {', '.join(idle)} apply to a path, not generated repos")
@@ -144,10 +149,6 @@ class CorpusFilterConfig(Strict):
     shard_files: int = Field(2000, gt=0, description="files per corpus shard")
 
 
-# Suites that can be mined from a real source (harnessrl/tasks/mine.py), and from generated repos.
-MINED_SUITES = ("lookup", "long_horizon", "edit", "lint", "bugfix")
-
-
 class DataConfig(Strict):
     name: str
     dir: str = Field(
@@ -158,9 +159,6 @@ class DataConfig(Strict):
     sources: list[SourceConfig] = Field(min_length=1, description="the code the data is made from")
     corpus: list[CorpusFileConfig] = Field([], description="code-dataset shards read into the CPT corpus")
     filters: CorpusFilterConfig = Field(default_factory=CorpusFilterConfig)
-    mine: dict[Literal[MINED_SUITES], int] = Field(
-        {}, description="validated tasks mined from each real source, per suite (at most this many)"
-    )
     num_sft: int = Field(0, ge=0, description="lookup conversations for SFT from generated repos")
     num_prompts: int = Field(0, ge=0, description="RL lookup prompts from generated repos")
     num_heldout: int = Field(0, ge=0, description="held-out lookup prompts from generated repos")
@@ -182,9 +180,6 @@ class DataConfig(Strict):
             raise ValueError(f"data.sources: the name {twice[0]!r} is used twice; each source needs its own")
         if sum(s.generated is not None for s in self.sources) > 1:
             raise ValueError("data.sources: at most one source of generated repos")
-        bad = [k for k, v in self.mine.items() if v < 0]
-        if bad:
-            raise ValueError(f"data.mine.{bad[0]}: must be >= 0")
         if self.generated is None:
             # These count tasks of generated repos; without such a source they would do nothing.
             lh = self.long_horizon

@@ -111,7 +111,7 @@ def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig
         # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
         # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
         real = [s for s in cfg.sources if s.generated is None]
-        mined, episodes, infos, stats = mine_sources(real, dict(cfg.mine), cfg.seed, tmp, store, bar.say)
+        mined, episodes, infos, stats = mine_sources(real, cfg.seed, tmp, store, bar.say)
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft
         prompts += mined["train"]

@@ -137,7 +137,7 @@ def mine(
             functions = repo_functions(root)
             tasks = bugfix.repo_tasks(rng, data_dir, root, packages, functions, split, f"{name}-bugfix", want, 3)
         else:
-            raise ValueError(f"data.mine: no way to mine suite {suite!r}")
+            raise ValueError(f"source {name!r}: tasks: no way to mine suite {suite!r}")
         out[suite] = _ids(tasks, name)
     return out
 
@@ -162,15 +162,14 @@ def _edit_tasks(rng: random.Random, repo: Repo, root: Path, repo_rel: str, split
 
 def mine_sources(
     sources: list[SourceConfig],
-    wants: dict[str, int],
     seed: int,
     out: Path,
     store: StoreConfig | None = None,
     say: Callable[[str], None] = lambda _: None,
     workers: int = 4,
 ) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
-    """Copy each source into `out/repos/<split>/<name>`, mine up to `wants[suite]` candidates of each
-    suite from it, and keep the valid ones. Returns the kept tasks by split, the expert's episode of
+    """Copy each source into `out/repos/<split>/<name>`, mine up to `src.tasks[suite]` candidates of
+    each suite from it, and keep the valid ones. Returns the kept tasks by split, the expert's episode of
     each (by task id), what was copied, and per source and suite: candidates, kept, drops by
     reason and the expert's success (kept over those whose snapshot failed the check)."""
     kept: dict[str, list[Task]] = {s: [] for s in SPLITS}
@@ -181,7 +180,7 @@ def mine_sources(
         infos.append(copy_source(src, out / rel, store))
         say(f"source {src.name}: {infos[-1].files} files at {infos[-1].revision}")
         try:
-            candidates = mine(src.name, rel, out, src.split, wants, seed)
+            candidates = mine(src.name, rel, out, src.split, dict(src.tasks), seed)
         except (OSError, ValueError) as e:
             raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
         stats[src.name] = {}

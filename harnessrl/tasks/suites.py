@@ -30,7 +30,7 @@ SUITES: dict[str, Callable[[Path, int, int], list[Task]]] = {
 }
 
 
-def source_configs(paths: list[Path]) -> list[SourceConfig]:
+def source_configs(paths: list[Path], suite: str, num: int) -> list[SourceConfig]:
     """Directories given on the command line as sources, named by their folder; with two or more, a
     quarter of them (at least one) held out whole."""
     names = [p.name.replace(" ", "_") or "source" for p in paths]
@@ -38,7 +38,8 @@ def source_configs(paths: list[Path]) -> list[SourceConfig]:
         raise ValueError(f"--source: two sources share a folder name ({', '.join(names)}); each needs its own")
     split = lambda i: split_of(i, len(paths)) if len(paths) > 1 else "train"
     return [
-        SourceConfig(name=n, path=str(p), split=split(i)) for i, (n, p) in enumerate(zip(names, paths, strict=True))
+        SourceConfig(name=n, path=str(p), split=split(i), tasks={suite: num})
+        for i, (n, p) in enumerate(zip(names, paths, strict=True))
     ]
 
 
@@ -58,7 +59,7 @@ def build_suite(
         raise ValueError(f"num must be at least 2 (one train and one held-out task), got {num}")
     with atomic_dir(Path(out)) as tmp:
         if sources:
-            mined, _, infos, stats = mine_sources(source_configs(sources), {name: num}, seed, tmp, say=say)
+            mined, _, infos, stats = mine_sources(source_configs(sources, name, num), seed, tmp, say=say)
             tasks = mined["train"] + mined["heldout"]
             write_sources(tmp, infos)
         else:
