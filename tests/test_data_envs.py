@@ -86,7 +86,7 @@ def world(tmp_path_factory):
         out = root / "data"
         out.mkdir()
         cfg = SourceConfig(name="calc", path=str(src))
-        kept, _, infos, _ = mine_sources([cfg], {"bugfix": 1, "lookup": 1}, 0, out, workers=1)
+        kept, _, infos, _ = mine_sources([cfg], {"bugfix": 1, "lint": 1, "lookup": 1}, 0, out, workers=1)
         write_sources(out, infos)
         yield {"root": root, "out": out, "tasks": kept["train"], "infos": infos, "wheels": wheels}
 
@@ -108,7 +108,9 @@ def test_lock_is_written_and_recorded(world):
 
 def test_mined_tasks_name_the_env_and_pass_only_with_it(world):
     tasks = world["tasks"]
-    assert {t.suite for t in tasks} == {"bugfix", "lookup"}, "the probes and checks could not import the dependency"
+    assert {t.suite for t in tasks} == {"bugfix", "lint", "lookup"}, (
+        "the probes and checks could not import the dependency"
+    )
     assert all(t.env == "envs/calc" for t in tasks)
     bug = next(t for t in tasks if t.suite == "bugfix")
     snapshot = world["out"] / bug.repo
