@@ -9,6 +9,10 @@ data version never depends on a checkout that may move later. What was read is p
 - anything else (a plain directory, an installed package, an archive on the store): a tree hash, the
   sha256 of every copied file's path and content.
 
+A source's dependency files at its root (requirements.txt, pyproject.toml) are always copied, whatever
+its `include` says, unless `exclude` names them: its environment is built from them
+(harnessrl/data/envs.py), and recorded as the source's `env`.
+
 A source whose root is a package (it has `__init__.py`) keeps its name as a folder, so its modules
 import as they do where it came from (`email/utils.py` imports as `email.utils`).
 """
@@ -29,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
+from harnessrl.data.envs import ENV_FILES, EnvInfo
 from harnessrl.harness.tools.files import SKIP_DIRS
 
 # A source file bigger than this is data, not code a task could be about; it is left out of the copy.
@@ -50,6 +55,7 @@ class SourceInfo:
     license: str | None
     files: int
     bytes: int
+    env: EnvInfo | None = None  # its environment, for a source with dependencies (harnessrl/data/envs.py)
 
 
 def root_of(cfg: SourceConfig) -> Path:
@@ -149,13 +155,14 @@ def copy_source(cfg: SourceConfig, dest: Path, store: StoreConfig | None = None)
         digest, files, size = hashlib.sha256(), 0, 0
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root).as_posix()
-            if p.is_symlink() or not p.is_file() or not selected(rel, cfg.include, cfg.exclude):
+            if p.is_symlink() or not p.is_file() or not selected(rel, [*cfg.include, *ENV_FILES], cfg.exclude):
                 continue
             data = p.read_bytes()
             if len(data) > MAX_FILE_BYTES:
                 continue
-            (base / rel).parent.mkdir(parents=True, exist_ok=True)
-            (base / rel).write_bytes(data)
+            target = dest / rel if rel in ENV_FILES else base / rel  # dependency files: at the copy's root
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
             digest.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\n".encode())
             files, size = files + 1, size + len(data)
     if not files:

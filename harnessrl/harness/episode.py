@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.config import Budgets
+from harnessrl.data.envs import env_python
 from harnessrl.harness.context import (
     SUMMARIZE_REQUEST,
     TokenCounter,
@@ -42,7 +43,7 @@ from harnessrl.harness.protocol import (
     render_tools,
     tool_messages,
 )
-from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
+from harnessrl.harness.sandbox import PYTHON, Sandbox, SandboxLimits, create_workspace, remove_workspace
 from harnessrl.harness.spec import system_prompt as task_system_prompt
 from harnessrl.harness.tools import Tool, ToolContext, ToolError, select, truncate
 from harnessrl.tasks.checkers import Checker, make_checker
@@ -442,12 +443,14 @@ def run_task(
     count_tokens: TokenCounter | None = None,
 ) -> Trajectory:
     """One episode of `task` with `policy`; the trajectory's outcome holds the checker's verdict.
-    `count_tokens` is the policy's own context counter, for the budgets' context policy."""
+    `count_tokens` is the policy's own context counter, for the budgets' context policy. A task with an
+    environment (`task.env`) runs its tools and its check with that environment's Python."""
+    python = env_python(suite_dir, task.env) if task.env else PYTHON
     with tempfile.TemporaryDirectory(prefix="episode-", dir=work_dir) as tmp:
         ws = create_workspace(Path(suite_dir) / task.repo, Path(tmp) / "ws", owner_uid=uid)
         ctx = ToolContext(
             workspace=ws,
-            sandbox=Sandbox(ws, limits or SandboxLimits(), uid=uid),
+            sandbox=Sandbox(ws, limits or SandboxLimits(), uid=uid, python=python),
             ask_user=(lambda _q, answer=task.user: answer) if task.user is not None else None,
         )
         try:
@@ -456,7 +459,7 @@ def run_task(
                 task.instruction,
                 select(task.tools),
                 ctx,
-                checker=make_checker(task),
+                checker=make_checker(task, python),
                 budgets=budgets,
                 system_prompt=task_system_prompt(task.tools),
                 task_id=task.id,

@@ -37,6 +37,10 @@ from pydantic import BaseModel, ConfigDict
 
 SANDBOX_ROOT = "/workspace"  # where the workspace appears inside the sandbox (and to the model)
 DEFAULT_UID = 65534  # nobody; give concurrent episodes distinct uids so NPROC counts stay per episode
+# The harness's own interpreter (its prefix is bound read-only into the sandbox), where ruff and
+# pytest are installed with harnessrl; a bare `python` could resolve to another, e.g. a venv's base.
+# Only its folder is resolved: resolving a venv's python link itself would name the base interpreter.
+PYTHON = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 
 class SandboxUnavailable(RuntimeError):
@@ -184,6 +188,15 @@ def _python_prefixes() -> list[str]:
     return [p for p in dict.fromkeys(paths) if not p.startswith("/usr/") and p != "/usr"]
 
 
+def env_prefix(python: str) -> str | None:
+    """The virtualenv folder of an interpreter `<venv>/bin/python` (it holds pyvenv.cfg), unless it is
+    the harness's own: a source's environment (harnessrl/data/envs.py), which the sandbox binds read-only."""
+    prefix = os.path.dirname(os.path.dirname(python))
+    if not os.path.isfile(os.path.join(prefix, "pyvenv.cfg")) or os.path.realpath(prefix) in _python_prefixes():
+        return None
+    return os.path.realpath(prefix)
+
+
 def _parents(path: str) -> list[str]:
     parts = Path(path).parents
     return [str(p) for p in reversed(list(parts)) if str(p) != "/"]
@@ -199,8 +212,14 @@ class Sandbox:
         uid: int = DEFAULT_UID,
         extra_ro_binds: tuple[str, ...] = (),
         allow_unsandboxed: bool = False,
+        python: str | None = None,
     ) -> None:
+        """`python`: the interpreter that checks, probes and the terminal tools run (default the
+        harness's own, PYTHON); a source environment's is bound read-only and its bin/ leads PATH,
+        so a bare `python` or `pytest` in a command is the environment's too."""
         self.workspace = Path(workspace).resolve()
+        self.python = python or PYTHON
+        self.env_prefix = env_prefix(self.python)
         self.limits = limits or SandboxLimits()
         self.uid = uid
         self.extra_ro_binds = extra_ro_binds
@@ -230,7 +249,8 @@ class Sandbox:
         return ["/usr/bin/setpriv", *ids, "--no-new-privs", "--inh-caps=-all"]
 
     def _env(self) -> dict[str, str]:
-        prefix_bins = [os.path.join(p, "bin") for p in _python_prefixes()]
+        prefixes = [self.env_prefix] if self.env_prefix else []
+        prefix_bins = [os.path.join(p, "bin") for p in [*prefixes, *_python_prefixes()]]
         return {
             "PATH": ":".join([*prefix_bins, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": "/tmp",
@@ -255,7 +275,8 @@ class Sandbox:
         # venv that lives under /tmp, and `python` would then run as the base interpreter.
         argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         opened: list[str] = []
-        for path in [*_python_prefixes(), *self.extra_ro_binds]:
+        env = [self.env_prefix] if self.env_prefix else []
+        for path in [*_python_prefixes(), *env, *self.extra_ro_binds]:
             argv += ["--ro-bind", path, path]
             opened += _parents(path)
         # bwrap creates missing parents of a bind 0700 (e.g. /root); the sandbox uid must traverse them.

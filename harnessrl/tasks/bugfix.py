@@ -18,6 +18,7 @@ import random
 import shutil
 from pathlib import Path
 
+from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks.checkers import run_check
 from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
 from harnessrl.tasks.probe import Function, assertions, probe, probe_functions, repo_functions, returns
@@ -62,7 +63,13 @@ def unique_context(source: str, m: Mutation, mutated: str) -> tuple[str, str]:
 
 
 def mutate_function(
-    rng: random.Random, repo_dir: Path, work: Path, packages: list[str], fn: Function, module_rows: Rows
+    rng: random.Random,
+    repo_dir: Path,
+    work: Path,
+    packages: list[str],
+    fn: Function,
+    module_rows: Rows,
+    python: str = PYTHON,
 ) -> tuple[str, Mutation, Rows] | None:
     """(mutated source, mutation, the visible rows) for the first mutation that changes an answer."""
     source = (repo_dir / fn.path).read_text()
@@ -75,7 +82,7 @@ def mutate_function(
         if mutated is None:
             continue
         (work / fn.path).write_text(mutated)
-        result = probe(work, packages, calls)[fn.module]
+        result = probe(work, packages, calls, python=python)[fn.module]
         if any("timeout" in r for r in result.get("calls", [])) or "error" in result:
             continue
         got = dict(((f, a), r) for f, a, r in returns(result, calls[fn.module]))
@@ -97,10 +104,12 @@ def repo_tasks(
     prefix: str,
     want: int,
     per_function: int = 1,
+    python: str = PYTHON,
 ) -> list[Task]:
     """Up to `want` verified tasks mutating these functions of the repo, up to `per_function` bugs
-    each (a real module has few functions a probe can call); snapshots go to out/repos/<split>/<id>."""
-    rows = probe_functions(repo_dir, packages, functions, rng)
+    each (a real module has few functions a probe can call); snapshots go to out/repos/<split>/<id>.
+    Probes and checks run with `python` (the source's environment's, where it has one)."""
+    rows = probe_functions(repo_dir, packages, functions, rng, python=python)
     candidates = [f for f in functions if len([r for r in rows.get(f.module, []) if r[0] == f.name]) >= 2]
     rng.shuffle(candidates)
     work = out / ".work"
@@ -111,7 +120,7 @@ def repo_tasks(
             break
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(repo_dir, work)
-        found = mutate_function(rng, repo_dir, work, packages, fn, rows[fn.module])
+        found = mutate_function(rng, repo_dir, work, packages, fn, rows[fn.module], python)
         if found is None or (fn.path, found[1].line, found[1].col) in planted:
             continue
         mutated, m, visible = found
@@ -120,8 +129,8 @@ def repo_tasks(
         (work / test_path).parent.mkdir(exist_ok=True)
         (work / test_path).write_text(_test_file(fn, visible))
         check = Check(kind="tests", test=_hidden_test(fn, rows[fn.module]), packages=packages)
-        ok_original, _ = run_check(repo_dir, check.test or "", packages)
-        ok_mutant, _ = run_check(work, check.test or "", packages)
+        ok_original, _ = run_check(repo_dir, check.test or "", packages, python=python)
+        ok_mutant, _ = run_check(work, check.test or "", packages, python=python)
         if not ok_original or ok_mutant:
             continue
         tid = f"{prefix}-{len(tasks)}"

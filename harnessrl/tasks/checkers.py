@@ -88,24 +88,29 @@ def _drop(name: str, text: str) -> str:
     return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > {name}"
 
 
-def python_command(files: dict[str, str], argv: list[str]) -> str:
-    """A shell command that writes `files` into a fresh /tmp/check and runs the harness's own Python
-    with `-P argv` there (-P: the cwd is not put on sys.path), the workspace's packages importable."""
+def python_command(files: dict[str, str], argv: list[str], python: str = PYTHON) -> str:
+    """A shell command that writes `files` into a fresh /tmp/check and runs `python` (the harness's
+    own, or a source environment's) with `-P argv` there (-P: the cwd is not put on sys.path), the
+    workspace's packages importable. HARNESSRL_PYTHON names the harness's own interpreter, for a
+    check that needs the harness's tools (ruff) whatever interpreter runs it."""
     drops = " && ".join(_drop(n, t) for n, t in files.items())
-    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {ENV} {shlex.join([PYTHON, '-P', *argv])}"
+    run = f"{ENV} HARNESSRL_PYTHON={shlex.quote(PYTHON)} {shlex.join([python, '-P', *argv])}"
+    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {run}"
 
 
-def check_sandbox(workspace: Path, timeout_s: float) -> Sandbox:
+def check_sandbox(workspace: Path, timeout_s: float, python: str = PYTHON) -> Sandbox:
     """A sandbox over the workspace as an unprivileged uid: its owner, or nobody when root owns it."""
     uid = os.stat(workspace).st_uid or DEFAULT_UID
-    return Sandbox(workspace, SandboxLimits(wall_s=timeout_s, cpu_s=int(timeout_s) + 1), uid=uid)
+    return Sandbox(workspace, SandboxLimits(wall_s=timeout_s, cpu_s=int(timeout_s) + 1), uid=uid, python=python)
 
 
-def run_check(workspace: Path, test: str, packages: list[str], timeout_s: float = 60.0) -> tuple[bool, dict[str, Any]]:
-    """Run the hidden test file against the workspace; success is every test function passing."""
+def run_check(
+    workspace: Path, test: str, packages: list[str], timeout_s: float = 60.0, python: str = PYTHON
+) -> tuple[bool, dict[str, Any]]:
+    """Run the hidden test file against the workspace with `python`; success is every test function passing."""
     imports = WORKSPACE_IMPORTS.format(packages=sorted(packages), root=SANDBOX_ROOT)
     files = {"test_check.py": test, "run_check.py": imports + RUNNER}
-    res = check_sandbox(workspace, timeout_s).run(python_command(files, ["run_check.py"]))
+    res = check_sandbox(workspace, timeout_s, python).run(python_command(files, ["run_check.py"], python))
     counts = summarize_pytest(res.output)
     ok = res.exit_code == 0 and counts["passed"] > 0
     return ok, {**counts, "exit_code": res.exit_code, "timed_out": res.timed_out, "output": res.output[-2000:]}
@@ -135,19 +140,19 @@ def write_test_files(workspace: Path, files: dict[str, str | None]) -> None:
             os.close(dfd)
 
 
-def run_swe_check(workspace: Path, check: Check) -> tuple[bool, dict[str, Any]]:
+def run_swe_check(workspace: Path, check: Check, python: str = PYTHON) -> tuple[bool, dict[str, Any]]:
     """Write the hidden test files, run the files of FAIL_TO_PASS + PASS_TO_PASS with pytest in the
-    sandbox (the harness's own Python, from /workspace, plugins not autoloaded as in run_tests);
+    sandbox (`python`: the harness's own, or the task's environment's; from /workspace, plugins not autoloaded as in run_tests);
     success is every listed id reported PASSED. The workspace is changed: run it on an episode's copy, never a snapshot."""
     write_test_files(workspace, check.test_files)
     # Whole files, not node ids: pytest stops at a node id it cannot collect (a test file importing
     # what the fix adds), which would fail every PASS_TO_PASS id with it; a missing file, likewise.
     ids = [*check.fail_to_pass, *check.pass_to_pass]
     paths = [f for f in dict.fromkeys(i.split("::")[0] for i in ids) if (workspace / f).exists()]
-    argv = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no"]
+    argv = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no"]
     argv += ["--continue-on-collection-errors", "--", *paths]
     command = f"{ENV} PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {shlex.join(argv)}"
-    res = check_sandbox(workspace, check.timeout_s).run(command)
+    res = check_sandbox(workspace, check.timeout_s, python).run(command)
     passed = set(_PASSED.findall(res.output))
     f2p = sum(i in passed for i in check.fail_to_pass)
     p2p = sum(i in passed for i in check.pass_to_pass)
@@ -195,8 +200,9 @@ def answer_matches(expected: str, answer: str | None) -> bool:
     return False
 
 
-def make_checker(task: Task) -> Checker:
-    """The task's checker, for run_episode(checker=...): (workspace, final_answer) -> (success, details)."""
+def make_checker(task: Task, python: str = PYTHON) -> Checker:
+    """The task's checker, for run_episode(checker=...): (workspace, final_answer) -> (success, details).
+    Code checks run with `python`: the task's environment's interpreter (harnessrl/data/envs.py), if any."""
     check = task.check
     if check.kind == "answer":
         expected = check.answer or ""
@@ -207,9 +213,9 @@ def make_checker(task: Task) -> Checker:
         return check_answer
 
     if check.kind == "swe":
-        return lambda workspace, answer: run_swe_check(workspace, check)
+        return lambda workspace, answer: run_swe_check(workspace, check, python)
 
     def check_tests(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
-        return run_check(workspace, check.test or "", check.packages, check.timeout_s)
+        return run_check(workspace, check.test or "", check.packages, check.timeout_s, python)
 
     return check_tests

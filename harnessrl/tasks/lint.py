@@ -34,12 +34,14 @@ UNUSED = ["textwrap", "fractions", "decimal", "statistics", "bisect", "heapq", "
 
 CHECK = """\
 import importlib
+import os
 import subprocess
 import sys
 
 
-def test_lint_clean():
-    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", {rules!r},
+def test_lint_clean():  # the harness's ruff: a source's environment has none
+    python = os.environ.get("HARNESSRL_PYTHON", sys.executable)
+    r = subprocess.run([python, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", {rules!r},
                         "/workspace/{path}"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 
@@ -119,15 +121,18 @@ def _old_new(original: str, mutated: str, m: Mutation) -> tuple[str, str]:
     return unique_context(original, m, mutated)
 
 
-def repo_tasks(rng: random.Random, out: Path, root: Path, split: str, prefix: str, want: int) -> list[Task]:
+def repo_tasks(
+    rng: random.Random, out: Path, root: Path, split: str, prefix: str, want: int, python: str = PYTHON
+) -> list[Task]:
     """Up to `want` candidate tasks, alternating the two kinds, each in its own snapshot
-    out/repos/<split>/<prefix>-<n> (hardlinked to the source copy, but for the changed file)."""
+    out/repos/<split>/<prefix>-<n> (hardlinked to the source copy, but for the changed file). Probes
+    run with `python` (the source's environment's, where it has one)."""
     packages = top_level_names(root)
     dirty = dirty_files(root)
     paths = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))
     paths = [p for p in paths if p not in dirty and not p.endswith("__init__.py") and "/tests/" not in f"/{p}"]
     rng.shuffle(paths)
-    rows = probe_functions(root, packages, repo_functions(root), rng, n=4) if paths else {}
+    rows = probe_functions(root, packages, repo_functions(root), rng, n=4, python=python) if paths else {}
     tasks: list[Task] = []
     seen: set[tuple[str, str]] = set()
     for path in paths * PER_FILE:  # each file in turn, then again with another planting

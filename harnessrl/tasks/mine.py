@@ -19,6 +19,7 @@ expert's solution and fails on the untouched snapshot, as an episode runs them.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import random
 import re
@@ -27,8 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
+from harnessrl.data.envs import EnvError, build_env, env_python
 from harnessrl.data.sources import SourceError, SourceInfo, copy_source
 from harnessrl.harness.episode import Trajectory
+from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
 from harnessrl.tasks.bugfix import top_level_names
 from harnessrl.tasks.probe import probe_functions, repo_functions
@@ -103,16 +106,26 @@ def _numeric(repo: Repo) -> list[Symbol]:
     return [s for s in repo.symbols if s.kind == "const" and isinstance(s.value, int | float)]
 
 
-def _ids(tasks: list[Task], name: str) -> list[Task]:
-    """Task ids that name the source: `<suite>/<source>/<kind>-<n>`, unique within a data folder."""
-    return [t.model_copy(update={"id": f"{t.suite}/{name}/{i}", "source": name}) for i, t in enumerate(tasks)]
+def _ids(tasks: list[Task], name: str, env: str | None = None) -> list[Task]:
+    """Task ids that name the source: `<suite>/<source>/<kind>-<n>`, unique within a data folder; each
+    task names the source's environment, if it has one."""
+    return [t.model_copy(update={"id": f"{t.suite}/{name}/{i}", "source": name, "env": env})
+            for i, t in enumerate(tasks)]  # fmt: skip
 
 
 def mine(
-    name: str, repo_rel: str, data_dir: Path, split: str, wants: dict[str, int], seed: int
+    name: str,
+    repo_rel: str,
+    data_dir: Path,
+    split: str,
+    wants: dict[str, int],
+    seed: int,
+    env: str | None = None,
 ) -> dict[str, list[Task]]:
     """Candidate tasks of each wanted suite from the source copy at `data_dir/repo_rel`. Suites that
-    plant a change (lint, bugfix) write each task's own snapshot beside the source's."""
+    plant a change (lint, bugfix) write each task's own snapshot beside the source's. `env` is the
+    source's environment (relative to data_dir): probes and checks run its Python."""
+    python = env_python(data_dir, env) if env else PYTHON
     root = data_dir / repo_rel
     repo = read_repo(root)
     out: dict[str, list[Task]] = {}
@@ -129,23 +142,26 @@ def mine(
             rng.shuffle(triples)
             tasks = [long_horizon.task(list(c), repo_rel, split, i) for i, c in enumerate(triples[:want])]
         elif suite == "edit":
-            tasks = _edit_tasks(rng, repo, root, repo_rel, split, want)
+            tasks = _edit_tasks(rng, repo, root, repo_rel, split, want, python)
         elif suite == "lint":
-            tasks = lint.repo_tasks(rng, data_dir, root, split, f"{name}-lint", want)
+            tasks = lint.repo_tasks(rng, data_dir, root, split, f"{name}-lint", want, python)
         elif suite == "bugfix":
             packages = top_level_names(root)
             functions = repo_functions(root)
-            tasks = bugfix.repo_tasks(rng, data_dir, root, packages, functions, split, f"{name}-bugfix", want, 3)
+            tasks = bugfix.repo_tasks(rng, data_dir, root, packages, functions, split, f"{name}-bugfix", want, 3,
+                                      python)  # fmt: skip
         else:
             raise ValueError(f"source {name!r}: tasks: no way to mine suite {suite!r}")
-        out[suite] = _ids(tasks, name)
+        out[suite] = _ids(tasks, name, env)
     return out
 
 
-def _edit_tasks(rng: random.Random, repo: Repo, root: Path, repo_rel: str, split: str, want: int) -> list[Task]:
+def _edit_tasks(
+    rng: random.Random, repo: Repo, root: Path, repo_rel: str, split: str, want: int, python: str = PYTHON
+) -> list[Task]:
     """Renames of functions and changes of integer constants, alternating, on the unchanged source."""
     packages = top_level_names(root)
-    rows = probe_functions(root, packages, repo_functions(root), rng, n=4)
+    rows = probe_functions(root, packages, repo_functions(root), rng, n=4, python=python)
     functions = [s for s in repo.symbols if s.kind == "function"]
     consts = [s for s in repo.symbols if s.kind == "const" and isinstance(s.value, int)]
     rng.shuffle(functions)
@@ -168,19 +184,26 @@ def mine_sources(
     say: Callable[[str], None] = lambda _: None,
     workers: int = 4,
 ) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
-    """Copy each source into `out/repos/<split>/<name>`, mine up to `src.tasks[suite]` candidates of
-    each suite from it, and keep the valid ones. Returns the kept tasks by split, the expert's episode of
-    each (by task id), what was copied, and per source and suite: candidates, kept, drops by
-    reason and the expert's success (kept over those whose snapshot failed the check)."""
+    """Copy each source into `out/repos/<split>/<name>`, build its environment if it has dependencies
+    (`out/envs/<name>`, harnessrl/data/envs.py), mine up to `src.tasks[suite]` candidates of each
+    suite from it, and keep the valid ones (run, as every episode of them, with the environment's
+    Python). Returns the kept tasks by split, the expert's episode of each (by task id), what was
+    copied, and per source and suite: candidates, kept, drops by reason and the expert's success
+    (kept over those whose snapshot failed the check)."""
     kept: dict[str, list[Task]] = {s: [] for s in SPLITS}
     episodes: dict[str, Trajectory] = {}
     infos, stats = [], {}
     for src in sources:
         rel = f"repos/{src.split}/{src.name}"
-        infos.append(copy_source(src, out / rel, store))
-        say(f"source {src.name}: {infos[-1].files} files at {infos[-1].revision}")
+        info = copy_source(src, out / rel, store)
+        say(f"source {src.name}: {info.files} files at {info.revision}")
         try:
-            candidates = mine(src.name, rel, out, src.split, dict(src.tasks), seed)
+            env = build_env(src.name, out / rel, out, say)
+        except EnvError as e:
+            raise SourceError(str(e)) from e
+        infos.append(dataclasses.replace(info, env=env))
+        try:
+            candidates = mine(src.name, rel, out, src.split, dict(src.tasks), seed, env.path if env else None)
         except (OSError, ValueError) as e:
             raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
         stats[src.name] = {}

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks.checkers import WORKSPACE_IMPORTS, check_sandbox, python_command
 
 MARK = "@@probe@@"
@@ -119,11 +120,14 @@ def arg_sets(fn: Function, rng: random.Random, n: int = 10) -> list[str]:
 Calls = dict[str, list[tuple[str, str]]]  # module -> [(function, args)]
 
 
-def probe(repo_dir: Path, packages: list[str], calls: Calls, timeout_s: float = 60.0) -> dict[str, dict]:
-    """Run the calls against the repo in the sandbox: module -> {"calls": [result per call]} or {"error"}."""
+def probe(
+    repo_dir: Path, packages: list[str], calls: Calls, timeout_s: float = 60.0, python: str = PYTHON
+) -> dict[str, dict]:
+    """Run the calls against the repo in the sandbox with `python` (a source's environment's, where it
+    has one): module -> {"calls": [result per call]} or {"error"}."""
     script = WORKSPACE_IMPORTS.format(packages=sorted(packages), root="/workspace") + _PROBE
     files = {"spec.json": json.dumps(calls), "probe.py": script}
-    res = check_sandbox(repo_dir, timeout_s).run(python_command(files, ["probe.py"]))
+    res = check_sandbox(repo_dir, timeout_s, python).run(python_command(files, ["probe.py"], python))
     if MARK not in res.output:
         return {m: {"error": f"probe failed (exit {res.exit_code}): {res.output[-300:]}"} for m in calls}
     try:
@@ -142,14 +146,19 @@ def assertions(alias: str, rows: list[tuple[str, str, str]]) -> list[str]:
 
 
 def probe_functions(
-    repo_dir: Path, packages: list[str], functions: list[Function], rng: random.Random, n: int = 10
+    repo_dir: Path,
+    packages: list[str],
+    functions: list[Function],
+    rng: random.Random,
+    n: int = 10,
+    python: str = PYTHON,
 ) -> dict[str, list[tuple[str, str, str]]]:
     """Probe every function with n argument lists: module -> its plain (function, args, repr) answers.
     Modules that fail to import are left out."""
     calls: Calls = {}
     for fn in functions:
         calls.setdefault(fn.module, []).extend((fn.name, a) for a in arg_sets(fn, rng, n))
-    results = probe(repo_dir, packages, calls)
+    results = probe(repo_dir, packages, calls, python=python)
     return {m: returns(results[m], calls[m]) for m in calls if "calls" in results.get(m, {})}
 
 

@@ -76,6 +76,11 @@ class Task(BaseModel):
     tools: list[str]
     user: str | None = Field(None, description="what the simulated user answers to ask_user")
     source: str | None = Field(None, description="the data source it was mined from (None: generated repos)")
+    env: str | None = Field(
+        None,
+        description="its source's environment folder, relative to the suite dir (harnessrl/data/envs.py): "
+        "checks, probes and the terminal tools run that environment's Python (None: the harness's own)",
+    )
     check: Check
     solution: Solution
 

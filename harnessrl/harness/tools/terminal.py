@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import sys
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.harness.sandbox import CommandResult
+from harnessrl.harness.sandbox import PYTHON, CommandResult
 from harnessrl.harness.tools.base import Tool, ToolContext, confine, sandbox_run, show, truncate
-
-# The harness's own interpreter (its prefix is bound read-only into the sandbox), where ruff and
-# pytest are installed with harnessrl; a bare `python` could resolve to another, e.g. a venv's base.
-# Only its folder is resolved: resolving a venv's python link itself would name the base interpreter.
-PYTHON = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 
 def _status(res: CommandResult) -> str:
@@ -46,6 +39,8 @@ class LintArgs(BaseModel):
 
 
 def lint(ctx: ToolContext, args: LintArgs) -> str:
+    # Always the harness's ruff, even in a source's environment: linting reads the code, never
+    # imports it, so it needs none of the source's dependencies (and environments do not install ruff).
     target = show(ctx.workspace, confine(ctx.workspace, args.path))
     cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--output-format", "concise"]
     cmd += ["--select", args.select] if args.select else []
@@ -80,7 +75,9 @@ def summarize_pytest(output: str) -> dict[str, int]:
 
 def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     paths = [show(ctx.workspace, confine(ctx.workspace, p)) for p in args.paths]
-    cmd = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
+    # The sandbox's interpreter: a source's environment (its dependencies, and pytest) where it has one.
+    python = ctx.sandbox.python if ctx.sandbox is not None else PYTHON
+    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
     if args.keyword:
         cmd += ["-k", args.keyword]
     # No plugin autoload: the task's tests should not depend on (or pay ~2 s start-up for) whatever
