@@ -85,8 +85,8 @@ def world(tmp_path_factory):
         (src / "requirements.txt").write_text(f"# what calc needs\n--find-links {wheels}\n{DEP}==0.1\n-e .\n")
         out = root / "data"
         out.mkdir()
-        cfg = SourceConfig(name="calc", path=str(src))
-        kept, _, infos, _ = mine_sources([cfg], {"bugfix": 1, "lint": 1, "lookup": 1}, 0, out, workers=1)
+        cfg = SourceConfig(name="calc", path=str(src), tasks={"bugfix": 1, "lint": 1, "lookup": 1})
+        kept, _, infos, _ = mine_sources([cfg], 0, out, workers=1)
         write_sources(out, infos)
         yield {"root": root, "out": out, "tasks": kept["train"], "infos": infos, "wheels": wheels}
 
@@ -189,7 +189,9 @@ def test_stdlib_only_sources_get_no_env(tmp_path):
     assert not (tmp_path / "envs").exists()
     out = tmp_path / "data"
     out.mkdir()
-    kept, _, infos, _ = mine_sources([SourceConfig(name="plain", path=str(src))], {"lookup": 1}, 0, out, workers=1)
+    kept, _, infos, _ = mine_sources(
+        [SourceConfig(name="plain", path=str(src), tasks={"lookup": 1})], 0, out, workers=1
+    )
     assert infos[0].env is None and kept["train"] and all(t.env is None for t in kept["train"])
     write_sources(out, infos)
     assert json.loads((out / "sources.json").read_text())[0]["env"] is None
@@ -204,7 +206,7 @@ def test_bad_requirement_names_the_source_and_file(tmp_path, monkeypatch):
     out = tmp_path / "data"
     out.mkdir()
     with pytest.raises(SourceError) as e:
-        mine_sources([SourceConfig(name="broken", path=str(src))], {"lookup": 1}, 0, out)
+        mine_sources([SourceConfig(name="broken", path=str(src), tasks={"lookup": 1})], 0, out)
     msg = str(e.value)
     assert "'broken'" in msg and "requirements.txt" in msg and "no-such-package-hrl" in msg, msg
     assert isinstance(e.value.__cause__, EnvError)
