@@ -12,11 +12,12 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnessrl.harness.sandbox import PYTHON
-from harnessrl.tasks.checkers import WORKSPACE_IMPORTS, check_sandbox, python_command
+from harnessrl.harness.sandbox import PYTHON, SANDBOX_ROOT
+from harnessrl.tasks.checkers import RUNNER, WORKSPACE_IMPORTS, check_sandbox, python_command
 
 MARK = "@@probe@@"
 _PROBE = """
@@ -159,7 +160,33 @@ def probe_functions(
     for fn in functions:
         calls.setdefault(fn.module, []).extend((fn.name, a) for a in arg_sets(fn, rng, n))
     results = probe(repo_dir, packages, calls, python=python)
-    return {m: returns(results[m], calls[m]) for m in calls if "calls" in results.get(m, {})}
+    rows = {m: returns(results[m], calls[m]) for m in calls if "calls" in results.get(m, {})}
+    return holding(repo_dir, packages, rows, python)
+
+
+def holding(
+    repo_dir: Path, packages: list[str], rows: dict[str, list[tuple[str, str, str]]], python: str = PYTHON
+) -> dict[str, list[tuple[str, str, str]]]:
+    """The rows that hold when asserted as a check asserts them: a function whose answer depends on
+    who calls it (a stack-frame lookup, the caller's file) answered the probe one way and would answer
+    the check another, failing every task that asserts it. One sandboxed run of all rows decides."""
+    flat = [(m, row) for m, rs in sorted(rows.items()) for row in rs]
+    if not flat:
+        return rows
+    test = "import importlib\n"
+    for i, (m, row) in enumerate(flat):
+        test += f"\n\ndef test_{i}():\n    m = importlib.import_module({m!r})\n" + "\n".join(assertions("m.", [row]))
+    imports = WORKSPACE_IMPORTS.format(packages=sorted(packages), root=SANDBOX_ROOT)
+    files = {"test_check.py": test + "\n", "run_check.py": imports + RUNNER}
+    res = check_sandbox(repo_dir, 120.0, python).run(python_command(files, ["run_check.py"], python))
+    if "== " not in res.output:  # the run itself failed (a timeout, a crash): trust no row
+        return {}
+    failed = {int(i) for i in re.findall(r"^FAILED test_(\d+)$", res.output, re.MULTILINE)}
+    kept: dict[str, list[tuple[str, str, str]]] = {}
+    for i, (m, row) in enumerate(flat):
+        if i not in failed:
+            kept.setdefault(m, []).append(row)
+    return kept
 
 
 def repo_functions(repo_dir: Path) -> list[Function]:
