@@ -12,6 +12,7 @@ step's output, which nothing changes once it is written. The DAG fills it one of
   (`harnessrl data pull` then `git add` the pointer, or `data build --push` from a checkout).
 """
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,7 +46,7 @@ def work(cfg: DataConfig, md5: str, folder: str, remote: str, store: StoreConfig
     print(f"[data] no version of data config {cfg.name} was pushed: building it, then pushing to {remote}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        build(cfg, scratch / "data", progress=True, store=store)
+        build(cfg, scratch / "data", progress=True, store=store, processes=os.cpu_count() or 1)
         md5 = dvc.push(scratch, scratch / "data", remote, store)["md5"]
         with atomic_dir(out) as tmp:
             tmp.rmdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_overrides(pb)
     pb.add_argument("-o", "--output", type=Path, help="default: data.dir/<name>-<config hash>")
     pb.add_argument("--push", action="store_true", help="then push it, as `harnessrl data push` does")
+    pb.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="real sources mined at once, each in its own process (default: the CPU count, %(default)s)",
+    )
     _add_remote_args(pb)
 
     for name, text in (
@@ -52,7 +60,10 @@ def cmd_data(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     out = args.output or data_folder(cfg.data, args.repo)
     store = cfg.store.model_copy(update={"endpoint_url": args.endpoint_url or cfg.store.endpoint_url})
-    build(cfg.data, out, progress=True, store=store)  # the store reaches data.corpus files on s3://
+    if args.processes < 1:
+        print(f"harnessrl: error: --processes must be at least 1, got {args.processes}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    build(cfg.data, out, progress=True, store=store, processes=args.processes)  # the store reaches data.corpus files on s3://
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
     return _cmd_data_remote(args, cfg) if args.push else 0
 

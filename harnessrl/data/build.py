@@ -67,11 +67,14 @@ class Progress:
                 self.say(f"expert episodes {self.done}/{self.total} ({100 * self.done // self.total}%)")
 
 
-def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None) -> Path:
+def build(
+    cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None, processes: int = 1
+) -> Path:
     """Write the data folder atomically: a killed build never leaves a half-written `out`. The
     temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
     `progress` prints a line per tenth of the expert's episodes, the slow part. `store` reaches
-    data.corpus files on s3://."""
+    data.corpus files and source archives on s3://. `processes` mines real sources in parallel (the
+    same bytes either way)."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
         gen = cfg.generated
@@ -111,7 +114,7 @@ def build(cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig
         # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
         # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
         real = [s for s in cfg.sources if s.generated is None]
-        mined, episodes, infos, stats = mine_sources(real, cfg.seed, tmp, store, bar.say)
+        mined, episodes, infos, stats = mine_sources(real, cfg.seed, tmp, store, bar.say, processes=processes)
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft
         prompts += mined["train"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import importlib.util
-import io
 import json
 import shutil
 import subprocess
@@ -108,34 +107,39 @@ def _git_revision(root: Path, revision: str | None, name: str) -> str | None:
     return rev.stdout.strip()
 
 
-def _extract(data: bytes, dest: Path, where: str) -> None:
+def _extract(archive: Path, dest: Path, where: str) -> None:
     try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        with tarfile.open(archive) as tar:
             tar.extractall(dest, filter="data")  # no absolute paths, links out, or devices
     except (tarfile.TarError, OSError) as e:
         raise SourceError(f"{where}: not a readable tar archive: {e}") from None
 
 
 def _fetch_archive(cfg: SourceConfig, store: StoreConfig | None, dest: Path) -> None:
-    """Download `s3://bucket/key.tar.gz` through the store's client settings and unpack it."""
-    from harnessrl.store import open_store
+    """Download `s3://bucket/key.tar.gz` with the store's client settings and unpack it. A user's
+    archive carries no checksum of ours: the tree hash of what it unpacks to pins the version."""
+    from harnessrl.store.s3 import S3Store
 
-    bucket_prefix, _, key = (cfg.path or "").removeprefix("s3://").partition("/")
+    bucket, _, key = (cfg.path or "").removeprefix("s3://").partition("/")
     if not key:
         raise SourceError(f"source {cfg.name!r}: {cfg.path}: name an archive, s3://bucket/key.tar.gz")
-    s3 = open_store(f"s3://{bucket_prefix}", store)
+    s3 = S3Store(bucket, "", store or StoreConfig())
+    archive = dest.parent / f".{cfg.name}.archive"
     try:
-        data = s3.get_bytes(key)
+        s3.client.download_file(bucket, key, str(archive), Config=s3.transfer)
     except Exception as e:  # the client's own errors name the bucket and key
         raise SourceError(f"source {cfg.name!r}: cannot read {cfg.path}: {e}") from None
-    _extract(data, dest, f"source {cfg.name!r}: {cfg.path}")
+    try:
+        _extract(archive, dest, f"source {cfg.name!r}: {cfg.path}")
+    finally:
+        archive.unlink()
 
 
 def copy_source(cfg: SourceConfig, dest: Path, store: StoreConfig | None = None) -> SourceInfo:
     """Copy a source's selected files into `dest` (which must not exist) and say what was copied."""
     with tempfile.TemporaryDirectory(prefix="source-") as scratch:
         if (cfg.path or "").startswith("s3://"):
-            root = Path(scratch)
+            root = Path(scratch) / "tree"
             _fetch_archive(cfg, store, root)
             revision = None
         else:
@@ -149,8 +153,9 @@ def copy_source(cfg: SourceConfig, dest: Path, store: StoreConfig | None = None)
                 tar = subprocess.run(["git", "-C", str(root), "archive", revision], capture_output=True)
                 if tar.returncode != 0:
                     raise SourceError(f"source {cfg.name!r}: git archive {revision} failed: {tar.stderr.decode()}")
-                root = Path(scratch)
-                _extract(tar.stdout, root, f"source {cfg.name!r}")
+                root = Path(scratch) / "tree"
+                (Path(scratch) / "commit.tar").write_bytes(tar.stdout)
+                _extract(Path(scratch) / "commit.tar", root, f"source {cfg.name!r}")
         base = dest / root_of_package(root, cfg)
         digest, files, size = hashlib.sha256(), 0, 0
         for p in sorted(root.rglob("*")):

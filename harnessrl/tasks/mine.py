@@ -21,10 +21,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import itertools
+import multiprocessing
 import random
 import re
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
@@ -183,34 +185,67 @@ def mine_sources(
     store: StoreConfig | None = None,
     say: Callable[[str], None] = lambda _: None,
     workers: int = 4,
+    processes: int = 1,
 ) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
     """Copy each source into `out/repos/<split>/<name>`, build its environment if it has dependencies
     (`out/envs/<name>`, harnessrl/data/envs.py), mine up to `src.tasks[suite]` candidates of each
     suite from it, and keep the valid ones (run, as every episode of them, with the environment's
     Python). Returns the kept tasks by split, the expert's episode of each (by task id), what was
     copied, and per source and suite: candidates, kept, drops by reason and the expert's success
-    (kept over those whose snapshot failed the check)."""
+    (kept over those whose snapshot failed the check).
+
+    Sources are independent: with `processes` > 1 they are mined in a process pool, each source's
+    episodes `workers` at a time, and the results are put together in the config's order, so the
+    data is the same bytes either way."""
     kept: dict[str, list[Task]] = {s: [] for s in SPLITS}
     episodes: dict[str, Trajectory] = {}
     infos, stats = [], {}
-    for src in sources:
-        rel = f"repos/{src.split}/{src.name}"
-        info = copy_source(src, out / rel, store)
-        say(f"source {src.name}: {info.files} files at {info.revision}")
-        try:
-            env = build_env(src.name, out / rel, out, say)
-        except EnvError as e:
-            raise SourceError(str(e)) from e
-        infos.append(dataclasses.replace(info, env=env))
-        try:
-            candidates = mine(src.name, rel, out, src.split, dict(src.tasks), seed, env.path if env else None)
-        except (OSError, ValueError) as e:
-            raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
-        stats[src.name] = {}
-        for suite, tasks in candidates.items():
-            good, runs, drops = validate(tasks, out, workers=workers)
-            kept[src.split] += good
-            episodes.update(runs)
-            stats[src.name][suite] = mining_stats(len(tasks), len(good), drops)
-            say(f"source {src.name}: {suite}: {len(good)} of {len(tasks)} candidates kept")
+    jobs = [(src, seed, out, store, workers) for src in sources]
+    if processes > 1 and len(sources) > 1:
+        with ProcessPoolExecutor(min(processes, len(sources)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(mine_source, *job) for job in jobs]
+            results = []
+            for src, future in zip(sources, futures, strict=True):
+                results.append(future.result())
+                say(f"source {src.name}: {_kept_line(results[-1][3])}")
+    else:
+        results = []
+        for src, job in zip(sources, jobs, strict=True):
+            say(f"source {src.name}: mining {dict(src.tasks) or 'nothing (corpus only)'}")
+            results.append(mine_source(*job))
+            say(f"source {src.name}: {_kept_line(results[-1][3])}")
+    for src, (good, runs, info, per_suite) in zip(sources, results, strict=True):
+        kept[src.split] += good
+        episodes.update(runs)
+        infos.append(info)
+        stats[src.name] = per_suite
     return kept, episodes, infos, stats
+
+
+def _kept_line(per_suite: dict) -> str:
+    return ", ".join(f"{suite} {s['kept']} of {s['candidates']}" for suite, s in per_suite.items()) or "no tasks"
+
+
+def mine_source(
+    src: SourceConfig, seed: int, out: Path, store: StoreConfig | None, workers: int
+) -> tuple[list[Task], dict[str, Trajectory], SourceInfo, dict]:
+    """One source, copied in, its environment built, mined and validated: (kept tasks, the expert's
+    episode of each, what was copied, per suite its mining stats). Runs in a worker process too."""
+    rel = f"repos/{src.split}/{src.name}"
+    info = copy_source(src, out / rel, store)
+    try:
+        env = build_env(src.name, out / rel, out)
+    except EnvError as e:
+        raise SourceError(str(e)) from e
+    info = dataclasses.replace(info, env=env)
+    try:
+        candidates = mine(src.name, rel, out, src.split, dict(src.tasks), seed, env.path if env else None)
+    except (OSError, ValueError) as e:
+        raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
+    kept, episodes, stats = [], {}, {}
+    for suite, tasks in candidates.items():
+        good, runs, drops = validate(tasks, out, workers=workers)
+        kept += good
+        episodes.update(runs)
+        stats[suite] = mining_stats(len(tasks), len(good), drops)
+    return kept, episodes, info, stats
