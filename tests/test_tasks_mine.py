@@ -105,8 +105,10 @@ def test_validation_drops_what_cannot_tell_solved_from_untouched(tmp_path):
     # An expert whose solution does not apply: its edit_file finds nothing to replace.
     broken = kept["train"][1].model_copy(update={"id": "lint/geo/broken"})
     broken = broken.model_copy(update={"solution": broken.solution.model_copy(update={"old": "no such text\n"})})
-    survivors, _, drops = validate([fixed, broken], out, workers=1)
-    assert survivors == [] and drops == {SNAPSHOT_PASSES: 1, EXPERT_FAILS: 1}
+    survivors, _, dropped = validate([fixed, broken], out, workers=1)
+    assert survivors == [] and {k: r for k, (r, _) in dropped.items()} == {fixed.id: SNAPSHOT_PASSES,
+                                                                          broken.id: EXPERT_FAILS}  # fmt: skip
+    assert "old_str not found" in dropped[broken.id][1]  # the line says why
 
 
 @needs_bwrap

@@ -17,6 +17,7 @@ from harnessrl.tasks.checkers import make_checker
 from harnessrl.tasks.diffs import Hunk, hunk_edit, parse_patch
 from harnessrl.tasks.expert import expert_trajectories
 from harnessrl.tasks.task import TaskFileError, load_suite
+from harnessrl.tasks.validate import EXPERT_FAILS, SNAPSHOT_PASSES
 from tests.conftest import needs_bwrap  # fails under CI rather than skipping
 
 ENV = {
@@ -240,15 +241,15 @@ def test_bad_rows_are_dropped_per_reason(source, tmp_path):
         swe.COMMIT_MISSING: 1,
         swe.TEST_PATCH: 1,
         swe.PATCH: 1,
-        swe.PASSES_UNTOUCHED: 1,
-        swe.EXPERT_FAILS: 1,
+        SNAPSHOT_PASSES: 1,
+        EXPERT_FAILS: 1,
         swe.BAD_ROW: 1,
         swe.UNSUPPORTED: 1,
     }
     assert json.loads((tmp_path / "out" / "suite.json").read_text())["dropped"] == info["dropped"]
     missing = next(ln for ln in lines if "no-repo" in ln)
     assert str(source["repos"] / "acme" / "nothere") in missing and str(source["repos"] / "nothere") in missing
-    assert any("[1/9] acme__calc-1: kept" in ln for ln in lines) and lines[-1].startswith("imported 1 of 9 rows")
+    assert any("acme__calc-1: kept (" in ln for ln in lines) and lines[-1].startswith("imported 1 of 9 rows")
     assert sorted(p.name for p in (tmp_path / "out" / "repos").rglob("*") if p.parent.parent.name == "repos") == [
         "acme__calc-1"
     ]  # dropped rows leave no snapshot
@@ -315,3 +316,23 @@ def test_hunk_edit_grows_context_until_unique():
     assert after[-1] == "    return y"
     with pytest.raises(ValueError, match="does not match"):
         hunk_edit(lines, Hunk(old_start=1, old_len=1, old=["nope"], new=["yes"]))
+
+
+def test_a_data_config_imports_swe_rows_into_its_folder(source, tmp_path):
+    """data.swe: the rows become the data folder's swe suite, validated, with the expert's episodes as
+    SFT conversations for the train repos and their repo as each task's source."""
+    from harnessrl.config import DataConfig
+    from harnessrl.data.build import build, read_jsonl
+
+    rows = write_rows(tmp_path / "rows.jsonl", source["rows"])
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("X = 1\n")
+    cfg = DataConfig(name="swe", dir="data", sources=[{"name": "pkg", "path": str(tmp_path / "pkg")}],
+                     swe=[{"path": str(rows), "repos": str(source["repos"]), "heldout_repos": ["owner/words"]}])  # fmt: skip
+    out = build(cfg, tmp_path / "data")
+    train = [t for t in load_suite(out, "train") if t.suite == "swe"]
+    held = [t for t in load_suite(out, "heldout") if t.suite == "swe"]
+    assert {t.source for t in train} == {"acme/calc"} and {t.source for t in held} == {"owner/words"}
+    sft = [r for r in read_jsonl(out / "sft.jsonl") if r["suite"] == "swe"]
+    assert len(sft) == len(train) and len(read_jsonl(out / "heldout.jsonl")) == len(held)
+    assert json.loads((out / "mining.json").read_text())["swe:rows.jsonl"]["swe"]["kept"] == len(train) + len(held)

@@ -63,6 +63,7 @@ from harnessrl.config.models import (
     ModelConfig,
     RewardConfig,
     SourceConfig,
+    SweFileConfig,
 )
 from harnessrl.config.recipe import Config
 from harnessrl.config.stages import (
@@ -116,6 +117,7 @@ __all__ = [
     "StagesConfig",
     "StoreConfig",
     "Strict",
+    "SweFileConfig",
     "Toleration",
     "TrainConfig",
     "TrainJobConfig",

@@ -128,6 +128,17 @@ class SourceConfig(Strict):
         return self
 
 
+class SweFileConfig(Strict):
+    """Task rows in the SWE-bench schema (SWE-Gym, SWE-smith, R2E-Gym publish them) and the local
+    clones of their repositories, imported as the swe suite (harnessrl/tasks/swe.py)."""
+
+    path: str = Field(description="the rows: .jsonl, a .json list or .parquet")
+    repos: str = Field(description="where the clones are: <repos>/<owner>/<name> or <repos>/<name>")
+    heldout_repos: list[str] | None = Field(
+        None, description="repos (owner/name) held out whole; None: a quarter of the rows' repos"
+    )
+
+
 class CorpusFileConfig(Strict):
     """Code-dataset shards, as The Stack v2 and StarCoderData ship them: Parquet or JSONL files with a
     text column. `path` is a file, a directory of them or a glob, local or on the store (s3://)."""
@@ -158,6 +169,7 @@ class DataConfig(Strict):
     seed: int = 0
     sources: list[SourceConfig] = Field(min_length=1, description="the code the data is made from")
     corpus: list[CorpusFileConfig] = Field([], description="code-dataset shards read into the CPT corpus")
+    swe: list[SweFileConfig] = Field([], description="SWE-bench-format task files, imported as the swe suite")
     filters: CorpusFilterConfig = Field(default_factory=CorpusFilterConfig)
     num_sft: int = Field(0, ge=0, description="lookup conversations for SFT from generated repos")
     num_prompts: int = Field(0, ge=0, description="RL lookup prompts from generated repos")

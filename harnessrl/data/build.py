@@ -35,17 +35,19 @@ from harnessrl.config import (
     DataConfig,
     LongHorizonDataConfig,
     StoreConfig,
+    SweFileConfig,
     config_hash,
 )
 from harnessrl.data.corpus import build_corpus, source_files
 from harnessrl.data.sources import write_sources
-from harnessrl.harness.episode import prompt_messages
+from harnessrl.harness.episode import Trajectory, prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
-from harnessrl.tasks import long_horizon, lookup
+from harnessrl.tasks import long_horizon, lookup, swe
 from harnessrl.tasks.expert import expert_trajectories
 from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
+from harnessrl.tasks.validate import mining_stats
 
 
 class Progress:
@@ -115,6 +117,11 @@ def build(
         # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
         real = [s for s in cfg.sources if s.generated is None]
         mined, episodes, infos, stats = mine_sources(real, cfg.seed, tmp, store, bar.say, processes=processes)
+        for swe_file in cfg.swe:  # task rows in the SWE-bench schema: the swe suite
+            tasks_of, runs, stats[f"swe:{Path(swe_file.path).name}"] = import_swe(swe_file, cfg.seed, tmp, bar.say)
+            for split in SPLITS:
+                mined[split] += [t for t in tasks_of if t.split == split]
+            episodes.update(runs)
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft
         prompts += mined["train"]
@@ -150,6 +157,20 @@ def build(
         save_harness(HarnessSpec.training(tools, Budgets()), tmp)
     bar.say(f"wrote {out}")
     return out
+
+
+def import_swe(
+    swe_file: SweFileConfig, seed: int, tmp: Path, say: Callable[[str], None]
+) -> tuple[list[Task], dict[str, Trajectory], dict]:
+    """One SWE-bench-format file's rows as validated swe tasks in the data folder, the expert's
+    episodes, and its mining stats."""
+    rows = swe.read_rows(Path(swe_file.path))
+    held = swe.heldout_repos([r.repo for _, r in rows], swe_file.heldout_repos, seed)
+    quiet = lambda _line: None  # a line per row is for `tasks import`; here, one per file
+    candidates, dropped = swe.swe_candidates(rows, Path(swe_file.repos), tmp, held, quiet)
+    kept, episodes, failed = swe.validate_rows(candidates, tmp, 4, quiet)
+    say(f"swe {swe_file.path}: {len(kept)} of {len(rows)} rows kept")
+    return kept, episodes, {swe.SUITE: mining_stats(len(rows), len(kept), dropped + failed)}
 
 
 def _recorded(cfg: DataConfig) -> dict:

@@ -39,7 +39,7 @@ from harnessrl.tasks.bugfix import top_level_names
 from harnessrl.tasks.probe import probe_functions, repo_functions
 from harnessrl.tasks.repogen import Repo, Symbol
 from harnessrl.tasks.task import SPLITS, Task
-from harnessrl.tasks.validate import mining_stats, validate
+from harnessrl.tasks.validate import mining_stats, reasons, validate
 
 # A constant whose value a lookup may ask for: a number, or a short one-line string.
 MAX_STRING_ANSWER = 40
@@ -244,8 +244,8 @@ def mine_source(
         raise SourceError(f"source {src.name!r}: mining failed: {type(e).__name__}: {e}") from e
     kept, episodes, stats = [], {}, {}
     for suite, tasks in candidates.items():
-        good, runs, drops = validate(tasks, out, workers=workers)
+        good, runs, dropped = validate(tasks, out, workers=workers)
         kept += good
         episodes.update(runs)
-        stats[suite] = mining_stats(len(tasks), len(good), drops)
+        stats[suite] = mining_stats(len(tasks), len(good), reasons(dropped))
     return kept, episodes, info, stats

@@ -18,7 +18,7 @@ from harnessrl.io import atomic_dir
 from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
 from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, split_of, write_suite_info, write_tasks
-from harnessrl.tasks.validate import mining_stats, validate
+from harnessrl.tasks.validate import mining_stats, reasons, validate
 
 # name -> build(out, seed, num) -> tasks from generated repos; each writes its snapshots under out/repos/<split>/.
 SUITES: dict[str, Callable[[Path, int, int], list[Task]]] = {
@@ -64,8 +64,8 @@ def build_suite(
             write_sources(tmp, infos)
         else:
             candidates = SUITES[name](tmp, seed, num)
-            tasks, _, drops = validate(candidates, tmp)
-            stats = {"generated": {name: mining_stats(len(candidates), len(tasks), drops)}}
+            tasks, _, dropped = validate(candidates, tmp)
+            stats = {"generated": {name: mining_stats(len(candidates), len(tasks), reasons(dropped))}}
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         for split in SPLITS:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", [t for t in tasks if t.split == split])

@@ -28,23 +28,19 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harnessrl.config import Budgets
-from harnessrl.harness.episode import BASE_UID, run_task
-from harnessrl.harness.sandbox import create_workspace, remove_workspace
+from harnessrl.harness.episode import Trajectory
 from harnessrl.io import atomic_dir
-from harnessrl.tasks.checkers import make_checker
 from harnessrl.tasks.diffs import PatchError, UnsupportedPatch, parse_patch
-from harnessrl.tasks.expert import Expert
 from harnessrl.tasks.task import SPLITS, Check, Solution, Task, TaskFileError, split_of, write_suite_info, write_tasks
+from harnessrl.tasks.validate import mining_stats, reasons, validate
 
 SUITE = "swe"
 TOOLS = ["list_dir", "read_file", "grep", "edit_file", "write_file", "run_tests", "run_terminal", "finish"]
@@ -58,8 +54,6 @@ COMMIT_MISSING = "commit missing"
 TEST_PATCH = "test_patch does not apply"
 PATCH = "patch does not apply"
 UNSUPPORTED = "patch unsupported"
-PASSES_UNTOUCHED = "check passes on the snapshot"
-EXPERT_FAILS = "expert fails"
 BAD_ROW = "bad row"
 
 
@@ -244,6 +238,7 @@ def make_task(row: SweRow, repos: Path, out: Path, split: str) -> Task:
         repo=rel,
         instruction=row.problem_statement,
         tools=TOOLS,
+        source=row.repo,
         check=Check(
             kind="swe",
             test_files=hidden,
@@ -267,30 +262,6 @@ def _changed_files(before: Path, after: Path) -> list[str]:
     )  # fmt: skip
 
 
-def validate(task: Task, suite_dir: Path, uid: int) -> tuple[str, str] | None:
-    """None if the check fails on the untouched snapshot and passes after the expert's episode; else
-    (reason, why). Both run in the sandbox exactly as an episode's checker does."""
-    with tempfile.TemporaryDirectory(prefix="swe-untouched-") as tmp:
-        ws = create_workspace(suite_dir / task.repo, Path(tmp) / "ws", owner_uid=uid)
-        try:
-            ok, details = make_checker(task)(ws, None)
-        finally:
-            remove_workspace(ws)
-    if ok:
-        return PASSES_UNTOUCHED, f"the check passes without the fix ({details['fail_to_pass']['total']} FAIL_TO_PASS)"
-    traj = run_task(task, suite_dir, Expert(task), VALIDATION_BUDGETS, uid=uid)
-    if not traj.outcome.success:
-        d = traj.outcome.details
-        errors = [c.output for t in traj.turns for c in t.calls if c.error]
-        why = d.get("checker_error") or (errors[0] if errors else "") or traj.turns[-1].text
-        if "fail_to_pass" in d:
-            why = f"FAIL_TO_PASS {d['fail_to_pass']['passed']}/{d['fail_to_pass']['total']}, " + (
-                f"PASS_TO_PASS {d['pass_to_pass']['passed']}/{d['pass_to_pass']['total']}; {why}"
-            )
-        return EXPERT_FAILS, why[:300]
-    return None
-
-
 # -- the suite -------------------------------------------------------------------------------------
 
 
@@ -301,13 +272,53 @@ def heldout_repos(repos: list[str], chosen: list[str] | None, seed: int) -> set[
         unknown = [r for r in chosen if r not in distinct]
         if unknown:
             raise ValueError(
-                f"--heldout-repos: {', '.join(unknown)} not a repo of any row; repos: {', '.join(distinct)}"
+                f"heldout repos (--heldout-repos, data.swe[].heldout_repos): {', '.join(unknown)} not a repo of any row; repos: {', '.join(distinct)}"
             )
         return set(chosen)
     if len(distinct) < 2:
         return set()
     random.Random(f"{SUITE}-{seed}").shuffle(distinct)
     return {r for i, r in enumerate(distinct) if split_of(i, len(distinct)) == "heldout"}
+
+
+def swe_candidates(
+    rows: list[tuple[str, SweRow]], repos: Path, out: Path, held: set[str], log: Callable[[str], None]
+) -> tuple[list[Task], Counter[str]]:
+    """Each row's task, its snapshot written under out/repos/<split>/ (not yet validated), and the rows
+    dropped before validation, by reason."""
+    dropped: Counter[str] = Counter()
+    candidates: list[Task] = []
+    seen: set[str] = set()
+    for i, (where, row) in enumerate(rows, 1):
+        reason = why = None
+        if row.instance_id in seen:
+            reason, why = BAD_ROW, f"{where}: instance_id {row.instance_id!r} repeats an earlier row"
+        else:
+            seen.add(row.instance_id)
+            try:
+                candidates.append(make_task(row, repos, out, "heldout" if row.repo in held else "train"))
+            except Dropped as e:
+                reason, why = e.reason, str(e)
+        if reason is not None:
+            dropped[reason] += 1
+            log(f"[{i}/{len(rows)}] {row.instance_id}: dropped, {reason}: {why}")
+    shutil.rmtree(out / ".work", ignore_errors=True)
+    return candidates, dropped
+
+
+def validate_rows(
+    candidates: list[Task], out: Path, workers: int, log: Callable[[str], None]
+) -> tuple[list[Task], dict[str, Trajectory], Counter[str]]:
+    """Validation as every suite's (harnessrl/tasks/validate.py), with budgets for long patches; a
+    dropped row's snapshot is removed. Returns the kept tasks, the expert's episodes, drops by reason."""
+    kept, episodes, dropped = validate(candidates, out, workers=workers, budgets=VALIDATION_BUDGETS)
+    for task in candidates:
+        if task.id in dropped:
+            log(f"{task.id}: dropped, {dropped[task.id][0]}: {dropped[task.id][1]}")
+            shutil.rmtree(out / task.repo, ignore_errors=True)
+        else:
+            log(f"{task.id}: kept ({task.split})")
+    return kept, episodes, reasons(dropped)
 
 
 def import_swebench(
@@ -327,47 +338,11 @@ def import_swebench(
     if not repos.is_dir():
         raise FileNotFoundError(f"--repos {repos}: not a directory")
     held = heldout_repos([r.repo for _, r in rows], heldout, seed)
-    dropped: Counter[str] = Counter()
     n = len(rows)
-
-    def drop(i: int, row: SweRow, reason: str, why: str) -> None:
-        dropped[reason] += 1
-        log(f"[{i}/{n}] {row.instance_id}: dropped, {reason}: {why}")
-
     with atomic_dir(out) as tmp:
-        candidates: list[tuple[int, SweRow, Task]] = []
-        seen: set[str] = set()
-        for i, (where, row) in enumerate(rows, 1):
-            if row.instance_id in seen:
-                drop(i, row, BAD_ROW, f"{where}: instance_id {row.instance_id!r} repeats an earlier row")
-                continue
-            seen.add(row.instance_id)
-            try:
-                task = make_task(row, repos, tmp, "heldout" if row.repo in held else "train")
-            except Dropped as e:
-                drop(i, row, e.reason, str(e))
-                continue
-            candidates.append((i, row, task))
-        shutil.rmtree(tmp / ".work", ignore_errors=True)
-
-        lock, slots, local = threading.Lock(), iter(range(1 << 16)), threading.local()
-
-        def check(item: tuple[int, SweRow, Task]) -> Task | None:
-            i, row, task = item
-            with lock:
-                if not hasattr(local, "uid"):
-                    local.uid = BASE_UID + next(slots)
-            verdict = validate(task, tmp, local.uid)
-            with lock:
-                if verdict is None:
-                    log(f"[{i}/{n}] {row.instance_id}: kept ({task.split})")
-                    return task
-                drop(i, row, *verdict)
-            shutil.rmtree(tmp / task.repo, ignore_errors=True)
-            return None
-
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            kept = [t for t in pool.map(check, candidates) if t is not None]
+        candidates, dropped = swe_candidates(rows, repos, tmp, held, log)
+        kept, _, failed = validate_rows(candidates, tmp, workers, log)
+        dropped += failed
         for split in SPLITS:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", [t for t in kept if t.split == split])
         info = {
@@ -382,6 +357,8 @@ def import_swebench(
             "dropped": dict(sorted(dropped.items())),
         }
         write_suite_info(tmp, info)
+        stats = {f"swe:{path.name}": {SUITE: mining_stats(n, len(kept), dropped)}}  # for `tasks stats`
+        (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
     drops = ", ".join(f"{c} {r}" for r, c in sorted(dropped.items())) or "none"
     log(f"imported {len(kept)} of {n} rows ({info['counts']['train']} train, {info['counts']['heldout']} held out); "
         f"dropped: {drops}")  # fmt: skip

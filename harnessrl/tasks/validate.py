@@ -32,29 +32,47 @@ def _stop(messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_token
     return AssistantTurn(text="(no change)")
 
 
+def why_failed(traj: Trajectory) -> str:
+    """A line on why the expert's episode failed: the checker's counts, or the first tool error."""
+    d = traj.outcome.details
+    errors = [c.output for t in traj.turns for c in t.calls if c.error]
+    why = str(d.get("checker_error") or (errors[0] if errors else "") or (traj.turns[-1].text if traj.turns else ""))
+    if "fail_to_pass" in d:
+        f2p, p2p = d["fail_to_pass"], d["pass_to_pass"]
+        why = f"FAIL_TO_PASS {f2p['passed']}/{f2p['total']}, PASS_TO_PASS {p2p['passed']}/{p2p['total']}; {why}"
+    elif "failed" in d:
+        why = f"{d['failed']} of {d['failed'] + d.get('passed', 0)} test functions failed; {why}"
+    return why[:300]
+
+
 def validate(
-    tasks: list[Task], suite_dir: Path, workers: int = 4, on_done: Callable[[], None] | None = None
-) -> tuple[list[Task], dict[str, Trajectory], Counter[str]]:
-    """(kept tasks, the expert's trajectory of each kept task by id, drops by reason)."""
-    drops: Counter[str] = Counter()
+    tasks: list[Task],
+    suite_dir: Path,
+    workers: int = 4,
+    on_done: Callable[[], None] | None = None,
+    budgets: Budgets = VALIDATION_BUDGETS,
+) -> tuple[list[Task], dict[str, Trajectory], dict[str, tuple[str, str]]]:
+    """(kept tasks, the expert's trajectory of each kept task by id, each dropped task's id ->
+    (reason, a line on why))."""
+    dropped: dict[str, tuple[str, str]] = {}
     if not tasks:
-        return [], {}, drops
+        return [], {}, dropped
     untouched = run_tasks(tasks, suite_dir, lambda t: _stop, Budgets(max_turns=1), workers=workers)
     survivors = []
     for task, traj in zip(tasks, untouched, strict=True):
         if traj.outcome.success:
-            drops[SNAPSHOT_PASSES] += 1
+            dropped[task.id] = (SNAPSHOT_PASSES, "the check passes without any change")
         else:
             survivors.append(task)
-    expert = expert_trajectories(survivors, suite_dir, workers=workers, budgets=VALIDATION_BUDGETS, on_done=on_done)
+    expert = expert_trajectories(survivors, suite_dir, workers=workers, budgets=budgets, on_done=on_done)
     kept, episodes = [], {}
     for task, traj in zip(survivors, expert, strict=True):
         if traj.outcome.success:
             kept.append(task)
             episodes[task.id] = traj
         else:
-            drops[EXPERT_FAILS] += 1
-    return kept, episodes, drops
+            dropped[task.id] = (EXPERT_FAILS, why_failed(traj))
+    return kept, episodes, dropped
 
 
 def mining_stats(candidates: int, kept: int, drops: Counter[str]) -> dict:
@@ -63,3 +81,8 @@ def mining_stats(candidates: int, kept: int, drops: Counter[str]) -> dict:
     tried = kept + drops[EXPERT_FAILS]
     return {"candidates": candidates, "kept": kept, "dropped": dict(sorted(drops.items())),
             "expert_success": round(kept / tried, 4) if tried else None}  # fmt: skip
+
+
+def reasons(dropped: dict[str, tuple[str, str]]) -> Counter[str]:
+    """Drops counted by reason."""
+    return Counter(reason for reason, _ in dropped.values())
