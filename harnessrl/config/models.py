@@ -200,7 +200,7 @@ class DataConfig(Strict):
                     ("long_horizon.num_sft", lh.num_sft), ("long_horizon.num_prompts", lh.num_prompts),
                     ("long_horizon.num_heldout", lh.num_heldout)) if v]  # fmt: skip
             if idle:
-                raise ValueError(f"data: {', '.join(idle)} count tasks of generated repos, and data.sources has "
+                raise ValueError(f"{', '.join(idle)} count tasks of generated repos, and data.sources has "
                                  "none; remove them, or add a source with generated: {num_repos, files_per_repo}")  # fmt: skip
         if (
             not any(s.split == "train" for s in self.sources if s.generated is None)
