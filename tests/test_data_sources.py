@@ -138,6 +138,7 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
             {"name": "units", "path": str(train), "license": "MIT", "tasks": {"lookup": 4, "edit": 2, "lint": 2}},
             {"name": "held", "path": str(held), "split": "heldout", "tasks": {"lookup": 3}},
         ],
+        guess_share={"edit": 1.0},  # every edit conversation the lazy teacher's
     )
     out = build(cfg, tmp_path / "data")
     sources = {s["name"]: s for s in read_sources(out)}
@@ -153,4 +154,7 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     assert "12345" not in (out / "prompts.jsonl").read_text()
     corpus = list(corpus_texts(out))
     assert any("SCALE = 1000" in t for t in corpus) and not any("12345" in t for t in corpus)
-    assert {json.loads(r)["suite"] for r in sft.splitlines()} == {"lookup", "edit", "lint"}
+    rows = [json.loads(r) for r in sft.splitlines()]
+    assert {r["suite"] for r in rows} == {"lookup", "edit", "lint"}
+    assert {r["messages"][-1]["content"] for r in rows if r["suite"] == "edit"} == {"0"}  # guessed, per suite
+    assert all(r["messages"][-1]["content"] != "0" for r in rows if r["suite"] != "edit")

@@ -4,7 +4,7 @@ under 2% and no more turns per solved task, and the long-horizon stage does not 
 compares the three context methods on the held-out long-horizon tasks in one harness and budget.
 
 SFT copies an imperfect teacher that answers some value questions without looking (always wrongly,
-data.guess_share); only the outcome reward tells the policy that looking pays. The bars sit below what
+data.guess_share.lookup); only the outcome reward tells the policy that looking pays. The bars sit below what
 the default seed measured (see the issue's notes for the per-seed table), so an honest change of float
 order on another CPU does not fail the test, while a stage that stops learning does. What the
 long-horizon stage learns at this size is in the issue's notes, not asserted here: the tiny model does

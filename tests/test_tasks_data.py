@@ -82,7 +82,7 @@ def give_up(messages, tools, max_tokens):
 
 
 def test_guessing_teacher_guesses_only_value_questions_and_always_wrongly(tmp_path):
-    data = build(CFG.model_copy(update={"guess_share": 0.5, "num_sft": 64}), tmp_path / "data")
+    data = build(CFG.model_copy(update={"guess_share": {"lookup": 0.5}, "num_sft": 64}), tmp_path / "data")
     guessed, looked = [], []
     for row in read_jsonl(data / "sft.jsonl"):
         m = row["messages"]

@@ -174,13 +174,11 @@ class DataConfig(Strict):
     num_sft: int = Field(0, ge=0, description="lookup conversations for SFT from generated repos")
     num_prompts: int = Field(0, ge=0, description="RL lookup prompts from generated repos")
     num_heldout: int = Field(0, ge=0, description="held-out lookup prompts from generated repos")
-    guess_share: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="share of 'what is the value' SFT conversations where the teacher answers 0 without "
-        "looking (always wrong): an imperfect expert, as real ones are, whose habit SFT copies and only "
-        "RL's outcome reward can correct",
+    guess_share: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        {},
+        description="suite -> share of its SFT conversations where the teacher answers '0' without looking "
+        "(lookups: only 'what is the value' questions): always wrong, an imperfect expert, as real ones are, "
+        "whose habit SFT copies and only RL's outcome reward can correct",
     )
     long_horizon: LongHorizonDataConfig = Field(default_factory=LongHorizonDataConfig)
 
@@ -196,7 +194,7 @@ class DataConfig(Strict):
             # These count tasks of generated repos; without such a source they would do nothing.
             lh = self.long_horizon
             idle = [f"{k}={v}" for k, v in (("num_sft", self.num_sft), ("num_prompts", self.num_prompts),
-                    ("num_heldout", self.num_heldout), ("guess_share", self.guess_share),
+                    ("num_heldout", self.num_heldout),
                     ("long_horizon.num_sft", lh.num_sft), ("long_horizon.num_prompts", lh.num_prompts),
                     ("long_horizon.num_heldout", lh.num_heldout)) if v]  # fmt: skip
             if idle:

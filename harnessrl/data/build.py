@@ -106,7 +106,7 @@ def build(
         bar = Progress(len({t.id for t in sft}) + len({t.id for t in lh_sft}), progress)
         bar.say(f"{len(repos)} repos generated; running the expert on {bar.total} tasks")
         sft_rows = [
-            {"messages": m, "suite": lookup.SUITE} for m in _expert_messages(sft, tmp, cfg.guess_share, bar.step)
+            {"messages": m, "suite": lookup.SUITE} for m in _expert_messages(sft, tmp, cfg.guess_share.get(lookup.SUITE, 0.0), bar.step)
         ]
         if lh_sft:
             sft_rows += [
@@ -122,6 +122,7 @@ def build(
             for split in SPLITS:
                 mined[split] += [t for t in tasks_of if t.split == split]
             episodes.update(runs)
+        episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft
         prompts += mined["train"]
@@ -250,11 +251,24 @@ def expert_segments(
 
 
 def guessed_tasks(tasks: list[Task], share: float) -> frozenset[str]:
-    """The value tasks whose SFT conversation is the teacher's guess: each task's own coin, so the
-    choice does not depend on which other tasks were drawn, and the model cannot tell them apart."""
+    """The tasks whose SFT conversation is the teacher's guess: each task's own coin, so the choice
+    does not depend on which other tasks were drawn, and the model cannot tell them apart. Of the
+    lookups, only "what is the value" questions are guessed."""
     return frozenset(
-        t.id for t in tasks if t.solution.kind == "value" and random.Random(f"guess-{t.id}").random() < share
+        t.id
+        for t in tasks
+        if (t.suite != lookup.SUITE or t.solution.kind == "value") and random.Random(f"guess-{t.id}").random() < share
     )
+
+
+def guesses(tasks: list[Task], suite_dir: Path, shares: dict[str, float]) -> dict[str, Trajectory]:
+    """The guessed episodes of mined train tasks, by task id, to stand in for the expert's: by each
+    suite's share, the teacher answers "0" without a look, run in the harness so SFT sees the real
+    conversation. A guess that happens to be right is luck, not a habit: that task keeps the expert's."""
+    chosen = [t for t in tasks if t.id in guessed_tasks([t], shares.get(t.suite, 0.0))]
+    ids = frozenset(t.id for t in chosen)
+    runs = expert_trajectories(chosen, suite_dir, workers=4, guessed=ids) if chosen else []
+    return {tr.task_id: tr for tr in runs if not tr.outcome.success}
 
 
 def _row(task: Task) -> dict:
