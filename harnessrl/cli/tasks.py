@@ -18,10 +18,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
     pb = tsub.add_parser(
         "build",
-        help="generate a suite directory deterministically",
+        help="build a suite directory from generated repos or real code, every task validated",
         description="Build a suite: DIR/tasks/{train,heldout}.jsonl (one task per line), DIR/repos/ "
-        "(repo snapshots) and DIR/suite.json. Same seed and code, same bytes. Held-out tasks use repos "
-        "(for --source: modules) that no train task uses.",
+        "(repo snapshots), DIR/suite.json and DIR/mining.json. Tasks come from generated repos, or are mined "
+        "from the --source directories. Every task is validated in the sandbox: its check must fail on the "
+        "untouched snapshot and pass on the expert's solution; drops are counted by reason (`tasks stats`). "
+        "Same seed and code, same bytes. Held-out tasks use repos (for --source: whole sources) that no "
+        "train task uses.",
     )
     pb.add_argument("--suite", required=True, choices=list(SUITES), help="which suite")
     pb.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
