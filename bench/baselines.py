@@ -108,7 +108,7 @@ def success(cfg: Config, ckpt: Path, data_dir: Path) -> dict:
     from harnessrl.report.metrics import suite_metrics
 
     ev = cfg.stages.eval
-    tasks = load_heldout(data_dir, ["lookup"], ev.num_tasks)
+    tasks = [t for t in load_heldout(data_dir, {"lookup": 1.0}, ev.num_tasks) if t.source is None]
     m = suite_metrics(checkpoint_rows(ckpt, tasks, data_dir, ev, cfg.model.dtype, cfg.engine), False)
     return {
         "success": m["success"]["value"],

@@ -152,7 +152,7 @@ def main() -> None:
     ap.add_argument("--like", type=Path, help="an HF checkpoint whose architecture DeepSpeed states load into")
     args = ap.parse_args()
     if args.suite == "long_horizon":
-        tasks = load_heldout(args.data, ["long_horizon"], args.tasks)
+        tasks = load_heldout(args.data, {"long_horizon": 1.0}, args.tasks)
         # The data folder's own long-horizon config (suite.json), so the segments are its SFT data's.
         built = json.loads((args.data / "suite.json").read_text())["data"]["long_horizon"]
         segments = expert_segments(tasks, args.data, LongHorizonDataConfig.model_validate(built))
@@ -163,7 +163,7 @@ def main() -> None:
                 extra += f"  facts kept {m['facts']}" if "facts" in m else ""
                 print(f"{str(ckpt)[-48:]:<48} {kind:<19} {m['n']:>4} {m['exact']:>6.3f}{extra}", flush=True)
         return
-    tasks = load_heldout(args.data, ["lookup"], args.tasks)
+    tasks = load_heldout(args.data, {"lookup": 1.0}, args.tasks)
     trajectories = expert_trajectories(tasks, args.data, workers=2)
     conversations = [(t.solution.kind, tr.messages) for t, tr in zip(tasks, trajectories, strict=True)]
     print(f"{'checkpoint':<48} {'kind':<9} {'n':>4} {'call':>6} {'forced':>7} {'answer':>7} {'guessed':>8}")

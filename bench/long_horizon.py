@@ -39,7 +39,7 @@ def main() -> None:
     if harness is None:
         raise SystemExit(f"{trained}: no harness.json (run the default recipe first)")
     data = Path(json.loads((trained / "manifest.json").read_text())["datasets"]["data"]["path"])
-    tasks = load_heldout(data, ["long_horizon"], args.tasks)
+    tasks = load_heldout(data, {"long_horizon": 1.0}, args.tasks)
     cfg = EvalConfig(mix={"long_horizon": 1.0}, seeds=[0], num_tasks=args.tasks, max_new_tokens=1)
     ctx = harness.budgets.context
     table: dict[int, dict] = {}

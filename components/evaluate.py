@@ -84,7 +84,7 @@ def long_horizon_comparison(lineage, ctx: StageContext, cfg: EvalConfig, engine:
     harness = load_harness(trained)
     if harness is None:
         raise ValueError(f"{trained}: the long-horizon checkpoint records no harness.json")
-    tasks = load_heldout(ctx.data_dir, ["long_horizon"], cfg.long_horizon_tasks)
+    tasks = load_heldout(ctx.data_dir, {"long_horizon": 1.0}, cfg.long_horizon_tasks)
     out = compare(parent, trained, harness.budgets, tasks, ctx.data_dir, cfg, ctx.cfg["model"]["dtype"], engine)
     for method in METHODS:
         m = out[method]

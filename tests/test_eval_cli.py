@@ -76,7 +76,7 @@ def test_bad_input_exits_2_naming_what_is_wrong(tiny_base: dict, capsys, args: l
 def test_bad_task_rows_name_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "heldout.jsonl").write_text('{"task": {"id": "x"}}\n')
     with pytest.raises(TaskFileError, match=r"heldout.jsonl:1: field 'task.suite'"):
-        load_heldout(tmp_path, ["lookup"], 1)
+        load_heldout(tmp_path, {"lookup": 1.0}, 1)
 
 
 def test_report_of_a_folder_that_is_not_a_run_exits_2(tmp_path: Path, capsys) -> None:

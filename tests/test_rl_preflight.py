@@ -64,7 +64,7 @@ def test_an_opening_prompt_past_the_trigger_is_refused_before_any_episode(tiny_b
 
     _, tok = load(tiny_base["base"])
     renderer = PromptRenderer(tok, 1024)
-    tasks = load_heldout(tiny_base["data"], ["long_horizon"], 2)
+    tasks = load_heldout(tiny_base["data"], {"long_horizon": 1.0}, 2)
     lh = compose(SMOKE).stages.long_horizon
     check_context(tasks, renderer, lh, "long_horizon")  # the recipe's own budgets hold it
     low = lh.model_copy(update={"context": lh.context.model_copy(update={"trigger": 20})})

@@ -46,7 +46,7 @@ def test_training_prompt_ids_are_the_rollout_prompt_ids_turn_by_turn(tiny_base: 
     arch = compose(SMOKE).model.arch.model_copy(update={"max_position_embeddings": 4096})
     model = build_from_arch(arch, tok.pad_token_id, seed=0)
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
-    task = load_heldout(tiny_base["data"], ["lookup"], 1)[0]
+    task = load_heldout(tiny_base["data"], {"lookup": 1.0}, 1)[0]
     budgets = Budgets(max_turns=3, max_turn_tokens=8, max_tokens=24)
     rollouts = LocalRollouts(CallsFirst(HFEngine(model, tok, 1.0), tok), renderer, tiny_base["data"], 2, budgets,
                              False, BASE_UID)  # fmt: skip

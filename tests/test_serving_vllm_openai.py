@@ -74,7 +74,7 @@ def solved_task(tiny_run: Path, ckpt: Path):
     data = Path(json.loads((ckpt / "manifest.json").read_text())["datasets"]["data"]["path"])
     rows = [json.loads(line) for line in (tiny_run / "report" / "episodes.jsonl").read_text().splitlines()]
     solved = {r["task_id"] for r in rows if r["stage"] == "rl" and r["success"]}
-    tasks = [t for t in load_heldout(data, ["lookup"], 128) if t.id in solved and t.solution.kind == "value"]
+    tasks = [t for t in load_heldout(data, {"lookup": 1.0}, 128) if t.id in solved and t.solution.kind == "value"]
     return data, tasks[0]
 
 
