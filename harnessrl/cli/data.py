@@ -31,6 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="real sources mined at once, each in its own process (default: the CPU count, %(default)s)",
     )
+    pb.add_argument(
+        "--ray",
+        action="store_true",
+        help="mine real sources as Ray tasks instead: on the cluster at RAY_ADDRESS (every node must mount "
+        "the data folder's volume), else on a Ray started here",
+    )
     _add_remote_args(pb)
 
     for name, text in (
@@ -63,7 +69,9 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.processes < 1:
         print(f"harnessrl: error: --processes must be at least 1, got {args.processes}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    build(cfg.data, out, progress=True, store=store, processes=args.processes)  # the store reaches data.corpus files on s3://
+    build(
+        cfg.data, out, progress=True, store=store, processes=args.processes, use_ray=args.ray
+    )  # the store reaches data.corpus files on s3://
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
     return _cmd_data_remote(args, cfg) if args.push else 0
 

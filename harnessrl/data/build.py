@@ -70,13 +70,18 @@ class Progress:
 
 
 def build(
-    cfg: DataConfig, out: Path, progress: bool = False, store: StoreConfig | None = None, processes: int = 1
+    cfg: DataConfig,
+    out: Path,
+    progress: bool = False,
+    store: StoreConfig | None = None,
+    processes: int = 1,
+    use_ray: bool = False,
 ) -> Path:
     """Write the data folder atomically: a killed build never leaves a half-written `out`. The
     temporary folder sits beside `out` as `.<name>.tmp-*`, ignored by git and removed on failure.
     `progress` prints a line per tenth of the expert's episodes, the slow part. `store` reaches
-    data.corpus files and source archives on s3://. `processes` mines real sources in parallel (the
-    same bytes either way)."""
+    data.corpus files and source archives on s3://. `processes` mines real sources in parallel, `use_ray`
+    as Ray tasks (the same bytes either way)."""
     rng = random.Random(cfg.seed)
     with atomic_dir(out) as tmp:
         gen = cfg.generated
@@ -106,7 +111,8 @@ def build(
         bar = Progress(len({t.id for t in sft}) + len({t.id for t in lh_sft}), progress)
         bar.say(f"{len(repos)} repos generated; running the expert on {bar.total} tasks")
         sft_rows = [
-            {"messages": m, "suite": lookup.SUITE} for m in _expert_messages(sft, tmp, cfg.guess_share.get(lookup.SUITE, 0.0), bar.step)
+            {"messages": m, "suite": lookup.SUITE}
+            for m in _expert_messages(sft, tmp, cfg.guess_share.get(lookup.SUITE, 0.0), bar.step)
         ]
         if lh_sft:
             sft_rows += [
@@ -116,7 +122,9 @@ def build(
         # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
         # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
         real = [s for s in cfg.sources if s.generated is None]
-        mined, episodes, infos, stats = mine_sources(real, cfg.seed, tmp, store, bar.say, processes=processes)
+        mined, episodes, infos, stats = mine_sources(
+            real, cfg.seed, tmp, store, bar.say, processes=processes, use_ray=use_ray
+        )
         for swe_file in cfg.swe:  # task rows in the SWE-bench schema: the swe suite
             tasks_of, runs, stats[f"swe:{Path(swe_file.path).name}"] = import_swe(swe_file, cfg.seed, tmp, bar.say)
             for split in SPLITS:

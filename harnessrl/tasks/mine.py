@@ -24,6 +24,7 @@ import itertools
 import multiprocessing
 import random
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -186,6 +187,7 @@ def mine_sources(
     say: Callable[[str], None] = lambda _: None,
     workers: int = 4,
     processes: int = 1,
+    use_ray: bool = False,
 ) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
     """Copy each source into `out/repos/<split>/<name>`, build its environment if it has dependencies
     (`out/envs/<name>`, harnessrl/data/envs.py), mine up to `src.tasks[suite]` candidates of each
@@ -194,14 +196,17 @@ def mine_sources(
     copied, and per source and suite: candidates, kept, drops by reason and the expert's success
     (kept over those whose snapshot failed the check).
 
-    Sources are independent: with `processes` > 1 they are mined in a process pool, each source's
-    episodes `workers` at a time, and the results are put together in the config's order, so the
-    data is the same bytes either way."""
+    Sources are independent: with `processes` > 1 they are mined in a process pool, with `use_ray` as
+    Ray tasks (on the cluster at RAY_ADDRESS, whose nodes must all mount `out`, else on a local Ray),
+    each source's episodes `workers` at a time. The results are put together in the config's order,
+    so the data is the same bytes either way."""
     kept: dict[str, list[Task]] = {s: [] for s in SPLITS}
     episodes: dict[str, Trajectory] = {}
     infos, stats = [], {}
     jobs = [(src, seed, out, store, workers) for src in sources]
-    if processes > 1 and len(sources) > 1:
+    if use_ray:
+        results = _on_ray(jobs, say)
+    elif processes > 1 and len(sources) > 1:
         with ProcessPoolExecutor(min(processes, len(sources)), mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(mine_source, *job) for job in jobs]
             results = []
@@ -220,6 +225,27 @@ def mine_sources(
         infos.append(info)
         stats[src.name] = per_suite
     return kept, episodes, infos, stats
+
+
+def _on_ray(jobs: list[tuple], say: Callable[[str], None]) -> list[tuple]:
+    """mine_source of each job as a Ray task, results in job order."""
+    import ray
+
+    from harnessrl.rl.fleet import start_ray
+
+    with tempfile.TemporaryDirectory(prefix="hrl-data-ray-") as ray_dir:
+        started = start_ray(ray_dir)
+        try:
+            remote = ray.remote(num_cpus=1)(mine_source)
+            refs = [remote.remote(*job) for job in jobs]
+            results = []
+            for job, ref in zip(jobs, refs, strict=True):
+                results.append(ray.get(ref))
+                say(f"source {job[0].name}: {_kept_line(results[-1][3])} (a Ray task)")
+            return results
+        finally:
+            if started:
+                ray.shutdown()
 
 
 def _kept_line(per_suite: dict) -> str:
