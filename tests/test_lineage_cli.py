@@ -94,3 +94,17 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert rc == 2
     rc, _, err = cli(capsys, "lineage", "verify", "s3://just-a-bucket")
     assert rc == 2 and "expected s3://bucket/prefix/<checkpoint>" in err
+
+
+def test_show_lists_the_sources_the_data_came_from(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from harnessrl.data.sources import SourceInfo, write_sources
+
+    data = make_data(tmp_path / "d")
+    write_sources(data, [SourceInfo("email", "stdlib:email", "train", "tree:" + "ab" * 32, "PSF-2.0", 29, 377753),
+                         SourceInfo("flask", "/repos/flask", "heldout", "c0ffee" * 6 + "abcd", None, 80, 9)])  # fmt: skip
+    *_, rl = make_chain(tmp_path / "c", data)
+    rc, out, _ = cli(capsys, "lineage", "show", str(rl))
+    assert rc == 0
+    assert "source email (train): stdlib:email at tree:abababababab, license PSF-2.0" in out
+    assert "source flask (heldout): /repos/flask at c0ffeec0ffeec0ffe, license unknown" in out
+    assert read_manifest(rl)["datasets"]["data"]["sources"][0]["name"] == "email"
