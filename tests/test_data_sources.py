@@ -158,3 +158,14 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     assert {r["suite"] for r in rows} == {"lookup", "edit", "lint"}
     assert {r["messages"][-1]["content"] for r in rows if r["suite"] == "edit"} == {"0"}  # guessed, per suite
     assert all(r["messages"][-1]["content"] != "0" for r in rows if r["suite"] != "edit")
+
+
+def test_data_build_names_a_source_it_cannot_read_and_leaves_nothing(tmp_path, capsys):
+    from harnessrl.cli import main
+
+    zero = [f"data.{k}=0" for k in ("num_sft", "num_prompts", "num_heldout")]
+    zero += [f"data.long_horizon.{k}=0" for k in ("num_sft", "num_prompts", "num_heldout")]
+    sources = f"data.sources=[{{name: gone, path: {tmp_path / 'nowhere'}, tasks: {{lookup: 2}}}}]"
+    assert main(["data", "build", sources, *zero, "-o", str(tmp_path / "out")]) == 2
+    assert "source 'gone':" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no folder, no temp folder beside it

@@ -69,9 +69,11 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.processes < 1:
         print(f"harnessrl: error: --processes must be at least 1, got {args.processes}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    build(
-        cfg.data, out, progress=True, store=store, processes=args.processes, use_ray=args.ray
-    )  # the store reaches data.corpus files on s3://
+    try:  # the store reaches data.corpus files and source archives on s3://
+        build(cfg.data, out, progress=True, store=store, processes=args.processes, use_ray=args.ray)
+    except (ValueError, FileNotFoundError) as e:  # a source, corpus file or task file that cannot be read
+        print(f"harnessrl: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(f"built {out}: md5 {dvc_dir_md5(out)}")
     return _cmd_data_remote(args, cfg) if args.push else 0
 
