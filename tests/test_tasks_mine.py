@@ -86,6 +86,7 @@ def test_every_suite_mines_validated_tasks_the_expert_solves(tmp_path):
     tasks = kept["train"]
     assert {t.suite for t in tasks} == set(wants) and {t.source for t in tasks} == {"geo"}
     assert len({t.id for t in tasks}) == len(tasks)
+    assert {t.solution.kind for t in tasks if t.suite == "edit"} == {"rename", "constant", "param"}
     # Kept means: the expert solves it again, and doing nothing fails it.
     again = expert_trajectories(tasks, tmp_path / "out", workers=2)
     assert set(success_rates(again).values()) == {1.0}

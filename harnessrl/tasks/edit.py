@@ -8,6 +8,7 @@ Constant changes sometimes leave the value out of the instruction: the agent mus
 
 from __future__ import annotations
 
+import ast
 import random
 from pathlib import Path
 
@@ -86,8 +87,6 @@ def constant_task(
 
 
 def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str]) -> list[Task]:
-    base = dict(suite=SUITE, split=split, repo=rel)
-    rid = rel.split("/")[-1]
     # Rename: prefer a function some other module imports, so more than one file must change.
     functions = repo.of_kind("function")
     used = {s.uses for s in functions if s.uses}
@@ -96,25 +95,42 @@ def repo_tasks(rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str,
     tasks.append(constant_task(rng, repo, rows, rel, split, rng.choice(repo.of_kind("const")), [repo.package]))
 
     # Parameter: the new parameter's default keeps every old answer; passing it shifts the result.
-    fn = rng.choice(functions)
+    tasks.append(param_task(repo, rows, rel, split, rng.choice(functions), [repo.package]))
+    return tasks
+
+
+def param_task(
+    repo: Repo, rows: Rows, rel: str, split: str, fn: Symbol, packages: list[str], example: str | None = None
+) -> Task:
+    """Add `offset: int = 0` to `fn`, returning its old result plus offset: the default keeps every
+    probed answer, and passing it shifts them. `example` is arguments the expert tries it with."""
     mod = _module(fn.path)
     extra = [
         f"    m = importlib.import_module({mod!r})",
         f"    assert inspect.signature(m.{fn.name}).parameters[{PARAM!r}].default == 0",
     ]
-    extra += [f"    assert m.{f}({a}, {PARAM}=7) == {r} + 7" for f, a, r in rows.get(mod, []) if f == fn.name][:4]
-    tasks.append(
-        Task(
-            id=f"{SUITE}/{rid}/param",
-            **base,
-            instruction=f"Add a keyword parameter `{PARAM}: int = 0` to the function {fn.name}; "
-            f"it must return its old result plus {PARAM}.",
-            tools=TOOLS,
-            check=Check(kind="tests", test=_test(repo, rows, extra), packages=[repo.package]),
-            solution=Solution(kind="param", name=fn.name, param=PARAM, path=fn.path),
-        )
+    shifted = [(a, r) for f, a, r in rows.get(mod, []) if f == fn.name and is_int(r)]
+    extra += [f"    assert m.{fn.name}({a}, {PARAM}=7) == {r} + 7" for a, r in shifted[:4]]
+    return Task(
+        id=f"{SUITE}/{rel.split('/')[-1]}/param",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=rel,
+        instruction=f"Add a keyword parameter `{PARAM}: int = 0` to the function {fn.name}; "
+        f"it must return its old result plus {PARAM}.",
+        tools=TOOLS,
+        check=Check(kind="tests", test=_test(repo, rows, extra), packages=packages),
+        solution=Solution(kind="param", name=fn.name, param=PARAM, path=fn.path, value=example),
     )
-    return tasks
+
+
+def is_int(text: str) -> bool:
+    """Whether a probed answer (its repr) is an int, the kind of result the offset can be added to."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _fresh(rng: random.Random, names: set[str]) -> str:

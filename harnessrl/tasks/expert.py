@@ -95,19 +95,20 @@ def param(task: Task) -> Script:
     name, p = task.solution.name, task.solution.param
     (out,) = yield turn(call("grep", pattern=f"^def {name}\\("))
     path, line, _ = grep_hits(out)[0]
-    (out,) = yield turn(call("read_file", path=path))
+    (out,) = yield turn(call("read_file", path=path, start_line=line, end_line=line + FUNCTION_LINES))
     lines = file_lines(out)
-    end = line
+    end = 1
     while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
         end += 1
-    block = lines[line - 1 : end]
+    block = lines[:end]
     while block and not block[-1].strip():
         block.pop()
-    new = [block[0].replace(") -> int:", f", {p}: int = 0) -> int:")]
-    new += [re.sub(r"^(\s*)return (.*)$", rf"\1return \2 + {p}", ln) for ln in block[1:]]
+    new = [re.sub(r"\)(\s*(?:->[^:]*)?):\s*$", rf", {p}: int = 0)\1:", block[0], count=1)]
+    new += [re.sub(r"^(\s*)return (.*)$", rf"\1return (\2) + {p}", ln) for ln in block[1:]]
     yield turn(call("edit_file", path=path, old_str="\n".join(block), new_str="\n".join(new)))
-    module = path[:-3].replace("/", ".")
-    script = f"from {module} import {name}; print({name}(5), {name}(5, {p}=2))"
+    module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    args = task.solution.value or "5"  # arguments it was probed with (generated functions take an int)
+    script = f"from {module} import {name}; print({name}({args}), {name}({args}, {p}=2))"
     yield turn(call("run_terminal", command=f"python -c '{script}'"))
     yield turn(call("finish", summary=f"Added {p}: int = 0 to {name}; it is added to every return value."))
 

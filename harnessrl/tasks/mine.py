@@ -7,7 +7,8 @@ put it at `data_dir/repo_rel`) and makes up to `wants[suite]` candidate tasks of
   symbols the AST finds defined exactly once, whose definition line the expert's search pattern
   finds exactly once in the whole repository (so there is one right answer);
 - long_horizon: the values of three numeric constants, one search each;
-- edit: rename a function everywhere, or change an integer constant (harnessrl/tasks/edit.py's
+- edit: rename a function everywhere, change an integer constant, or add a parameter to a function
+  that returns ints (harnessrl/tasks/edit.py's
   checks: every module still imports, the change holds, every probed answer still holds);
 - lint: a ruff violation planted in a module (harnessrl/tasks/lint.py);
 - bugfix: a one-token bug planted in a function (harnessrl/tasks/bugfix.py).
@@ -171,12 +172,28 @@ def _edit_tasks(
     rng.shuffle(consts)
     names = {s.name for s in repo.symbols}
     tasks: list[Task] = []
-    while len(tasks) < want and (functions or consts):
+    # A parameter task needs a function whose every probed answer is an int: `+ offset` must hold for
+    # each of them (the check asserts all), which a str or list answer would not survive.
+    answers: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for m, rs in rows.items():
+        for f, a, r in rs:
+            answers.setdefault((m, f), []).append((a, r))
+    ints = {k: [a for a, _ in v] for k, v in answers.items() if len(v) >= 2 and all(edit.is_int(r) for _, r in v)}
+    params = [s for s in functions if (_module(s.path), s.name) in ints]
+    while len(tasks) < want and (functions or consts or params):
         if functions:
             tasks.append(edit.rename_task(rng, repo, rows, repo_rel, split, names, functions.pop(), packages))
         if consts and len(tasks) < want:
             tasks.append(edit.constant_task(rng, repo, rows, repo_rel, split, consts.pop(), packages))
+        if params and len(tasks) < want:
+            fn = params.pop()
+            example = ints[(_module(fn.path), fn.name)][0]
+            tasks.append(edit.param_task(repo, rows, repo_rel, split, fn, packages, example))
     return tasks
+
+
+def _module(path: str) -> str:
+    return path[:-3].replace("/", ".").removesuffix(".__init__")
 
 
 def mine_sources(
