@@ -26,6 +26,7 @@ PACKAGE = {
         "def area(width, height):\n    return width * height\n\n\n"
         "def perimeter(width, height):\n    total = width + height\n    return 2 * total\n\n\n"
         "def circle(radius):\n    return round(math.pi * radius * radius, 3)\n\n\n"
+        "def count_sides(shapes):\n    return len(shapes) * 2\n\n\n"
         "class Square:\n    def __init__(self, side):\n        self.side = side\n"
     ),
     "grid.py": (
