@@ -29,7 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pb.add_argument("--suite", required=True, choices=list(SUITES), help="which suite")
     pb.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     pb.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="suite directory to write")
-    pb.add_argument("--num", type=int, default=40, help="tasks, a quarter held out (default: %(default)s)")
+    pb.add_argument(
+        "--num",
+        type=int,
+        default=40,
+        help="tasks, a quarter held out; with --source, the most per source (default: %(default)s)",
+    )
     pb.add_argument(
         "--source",
         type=Path,
