@@ -56,7 +56,7 @@ def job_folder(pvc: PVCConfig, name: str, ctx: StageContext) -> StageContext:
         shutil.copytree(ctx.data_dir, folder / "data")
     if ctx.parent is not None:
         shutil.copytree(ctx.parent, folder / "parent")
-    (folder / "out").mkdir()
+    (folder / "out").mkdir(parents=True)
     return StageContext(
         cfg=ctx.cfg,
         parent=folder / "parent" if ctx.parent is not None else None,
