@@ -26,7 +26,7 @@ class StageContext:
     cfg: dict  # the stage's config slice (pipelines/routing.py: stage_slice)
     parent: Path | None  # previous stage's checkpoint; None for `base`
     out: Path  # where to write; renamed into place when the stage returns
-    data_dir: Path
+    data_dir: Path | None  # None only in the data step's own RayJob, which builds it
     state_dir: Path | None = None  # resumable training state; survives a killed stage
 
 

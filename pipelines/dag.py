@@ -22,7 +22,7 @@ from components.long_horizon_rl import long_horizon
 from components.rl import rl
 from components.sft import sft
 from harnessrl.config import Config, InfraConfig, StageResources
-from pipelines.routing import enabled_stages, runs_as_job, stage_slice
+from pipelines.routing import data_rayjob, enabled_stages, runs_as_job, stage_slice
 
 STAGE_FUNCS: dict[str, Callable] = {
     "data": data,
@@ -62,15 +62,7 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
     }
 
     def pipeline():
-        data_task = components["data"](
-            config=json.dumps(cfg.data.model_dump(), sort_keys=True),
-            md5=source.md5,
-            folder=source.folder,
-            remote=source.remote,
-            store=source.store,
-            code_hash=code_hash,
-        ).set_display_name("data")
-        schedule(data_task, cfg.infra.for_stage("data"), cfg.infra)
+        data_task = data_step(components["data"], cfg, source, code_hash)
         prev = None
         for stage in enabled_stages(cfg):
             args = dict(
@@ -86,9 +78,7 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
             if runs_as_job(cfg, stage):
                 # Its TrainJob's or RayJob's pods hold the GPUs (harnessrl/cluster/); this task only
                 # creates the job and waits, on the default pool, as long as the stage may take.
-                # Its own timeout outlasts the job's deadline (and the wait's backstop at 1.1x), since it
-                # also copies the inputs and waits for the job to be scheduled.
-                timeout = int(res.timeout_s * 1.2) + 600 if res.timeout_s else 0
+                timeout = job_wait_timeout(res.timeout_s)
                 res = cfg.infra.for_stage("default").model_copy(update={"timeout_s": timeout, "retries": res.retries})
             schedule(task, res, cfg.infra)
             prev = task
@@ -102,6 +92,33 @@ def build_pipeline(cfg: Config, source: DataSource, code_hash: str) -> Callable:
         description=f"harnessrl recipe {cfg.name}",
         pipeline_root=cfg.infra.pipeline_root,
     )
+
+
+def job_wait_timeout(timeout_s: int) -> int:
+    """The timeout of a task that creates a job and waits on it: it outlasts the job's deadline (and the
+    wait's backstop at 1.1x), since the task also copies the inputs and waits for the job to be scheduled."""
+    return int(timeout_s * 1.2) + 600 if timeout_s else 0
+
+
+def build_slice(cfg: Config, source: DataSource) -> str:
+    """The data step's `rayjob` input: the RayJobSlice as JSON where it must build the data (no pushed
+    version, no local folder) on a recipe with infra.rayjob, else "". A step that pulls the data gets
+    "", so a change to the RayJob settings does not re-run it (nor, through a new artifact, the stages)."""
+    job = data_rayjob(cfg) if not (source.md5 or source.folder) else None
+    return json.dumps(job.model_dump(), sort_keys=True) if job else ""
+
+
+def data_step(op: Callable, cfg: Config, source: DataSource, code_hash: str) -> dsl.PipelineTask:
+    """The data task (components/data.py), scheduled. Where it builds the data as a RayJob, it waits as
+    long as that job may take."""
+    rayjob = build_slice(cfg, source)
+    task = op(config=json.dumps(cfg.data.model_dump(), sort_keys=True), md5=source.md5, folder=source.folder,
+              remote=source.remote, store=source.store, code_hash=code_hash, rayjob=rayjob)  # fmt: skip
+    res = cfg.infra.for_stage("data")
+    if rayjob:
+        res = res.model_copy(update={"timeout_s": job_wait_timeout(res.timeout_s)})
+    schedule(task.set_display_name("data"), res, cfg.infra)
+    return task
 
 
 def schedule(task: dsl.PipelineTask, res: StageResources, infra: InfraConfig) -> None:

@@ -3,7 +3,6 @@
 run every live.recurring_hours, uncached: each run is a new cycle over new sessions. (No `from __future__ import annotations`: kfp
 reads the pipeline's parameter types from its annotations.)"""
 
-import json
 from collections.abc import Callable
 
 from kfp import dsl
@@ -11,7 +10,7 @@ from kfp import dsl
 from components.data import data
 from components.live_rl import live_cycle
 from harnessrl.config import Config
-from pipelines.dag import DataSource, pipeline_name, schedule
+from pipelines.dag import DataSource, data_step, pipeline_name, schedule
 
 
 def build_live_pipeline(cfg: Config, source: DataSource, code_hash: str, live_dir: str) -> Callable:
@@ -19,10 +18,7 @@ def build_live_pipeline(cfg: Config, source: DataSource, code_hash: str, live_di
     cycle_op = dsl.component(live_cycle, base_image=cfg.infra.image, install_kfp_package=False)
 
     def pipeline(live_dir: str = live_dir) -> str:
-        data_task = data_op(config=json.dumps(cfg.data.model_dump(), sort_keys=True), md5=source.md5,
-                            folder=source.folder, remote=source.remote, store=source.store,
-                            code_hash=code_hash).set_display_name("data")  # fmt: skip
-        schedule(data_task, cfg.infra.for_stage("data"), cfg.infra)
+        data_task = data_step(data_op, cfg, source, code_hash)
         task = cycle_op(config=cfg.model_dump_json(), data=data_task.outputs["dataset"],
                         data_md5=data_task.outputs["Output"], code_hash=code_hash, live_dir=live_dir)  # fmt: skip
         task.set_display_name("live").set_caching_options(False)  # every run is a new cycle

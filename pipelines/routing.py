@@ -4,13 +4,15 @@ Every task gets only its stage's slice of the recipe (`stage_slice`), so kfp's c
 what changed. A stage whose work needs more than its own pod runs it as a Kubernetes job that the pod
 creates and waits on (harnessrl/cluster/): CPT and SFT past one node as a TrainJob, async RL on a
 cluster as a RayJob. Its slice then carries what the job needs, and the stage's component, seeing
-it, creates the job instead of training in place.
+it, creates the job instead of training in place. The data step, where it must build the data on a
+recipe with infra.rayjob, builds it in a RayJob too (`data_rayjob`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harnessrl.cluster.rayjob import cpu_only
 from harnessrl.config import STAGES, Config, RayJobSlice, TrainJobSlice
 
 
@@ -36,6 +38,16 @@ def runs_as_job(cfg: Config, stage: str) -> bool:
     if stage in ("cpt", "sft"):
         return training_nodes(cfg, stage) > 1
     return stage in ("rl", "long_horizon") and runs_as_rayjob(cfg, stage)
+
+
+def data_rayjob(cfg: Config) -> RayJobSlice | None:
+    """What the data step needs to build the data as a RayJob (components/data.py), on a recipe with
+    infra.rayjob: its head and CPU-only worker groups, under the data step's timeout. None without."""
+    infra = cfg.infra
+    if infra.rayjob is None:
+        return None
+    return RayJobSlice(image=infra.image, pvc=infra.pvc, secrets=infra.secrets,
+                       timeout_s=infra.for_stage("data").timeout_s, rayjob=cpu_only(infra.rayjob))  # fmt: skip
 
 
 def stage_slice(cfg: Config, stage: str) -> dict[str, Any]:

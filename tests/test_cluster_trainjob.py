@@ -174,6 +174,7 @@ def test_submit_dry_run_prints_the_trainjobs_and_submits_nothing(tmp_path: Path,
     assert main(["submit", "--dry-run", "--recipe", "qwen_coder_7b", "-o", str(tmp_path / "p.yaml")]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("RayJob", "harnessrl-data-<run>"),  # no pointer for its data config: the data step builds it
         ("TrainJob", "harnessrl-cpt-<run>"),  # SFT fits one node: no TrainJob
         ("RayJob", "harnessrl-rl-<run>"),
         ("RayJob", "harnessrl-long-horizon-<run>"),

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from harnessrl.cli import main
-from harnessrl.config import compose
+from harnessrl.config import RayJobSlice, compose
 from harnessrl.data.build import folder_name
-from pipelines.routing import stage_slice
+from pipelines.routing import data_rayjob, stage_slice
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,6 +69,7 @@ def test_compile_takes_the_data_version_from_its_pointer_and_writes_nothing(tmp_
     data = data_step_inputs(spec)
     assert data["md5"] == yaml.safe_load(pointer.read_text())["outs"][0]["md5"]
     assert data["remote"] == cfg.store.data_remote and data["folder"] == ""  # no path of this machine's
+    assert data["rayjob"] == ""  # no infra.rayjob, and nothing to build
     assert json.loads(data["config"]) == cfg.data.model_dump()
     assert "pulled from runs/dvc-remote" in capsys.readouterr().out
     after = {p: p.stat().st_mtime_ns for p in (REPO / "data").iterdir()}
@@ -77,13 +78,20 @@ def test_compile_takes_the_data_version_from_its_pointer_and_writes_nothing(tmp_
 
 
 def test_a_data_config_without_a_pointer_is_built_by_the_data_step(tmp_path: Path, capsys) -> None:
-    spec, _ = compile_ir(tmp_path, "recipe=qwen_coder_7b")
+    spec, platform = compile_ir(tmp_path, "recipe=qwen_coder_7b")
     data = data_step_inputs(spec)
     cfg = compose(["recipe=qwen_coder_7b"])
     assert data["md5"] == "" and data["remote"] == cfg.store.data_remote.rstrip("/") == "s3://harnessrl-artifacts/dvc"
     assert json.loads(data["store"])["retry_mode"] == "adaptive"
-    assert "will build it and push it" in capsys.readouterr().out
+    assert "will build it and push it to s3://harnessrl-artifacts/dvc (as a RayJob: head + env x4)" in (
+        capsys.readouterr().out
+    )
     assert not (REPO / "data" / folder_name(cfg.data)).exists()
+    # It builds as a RayJob: the head and the CPU-only group, and its task waits as long as that may take.
+    job = RayJobSlice.model_validate_json(data["rayjob"])
+    assert job == data_rayjob(cfg) and list(job.rayjob.workers) == ["env"]
+    data_timeout = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-data"]
+    assert data_timeout["activeDeadlineSeconds"] == str(int(cfg.infra.for_stage("data").timeout_s * 1.2) + 600)
 
 
 def test_compile_image_flag_overrides_the_image(tmp_path: Path) -> None:

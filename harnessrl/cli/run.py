@@ -12,9 +12,10 @@ from pathlib import Path
 import yaml
 
 from harnessrl.cli.common import EXIT_BAD_INPUT, add_overrides
+from harnessrl.cluster.rayjob import groups as rayjob_groups
 from harnessrl.config import Config, compose
 from harnessrl.rl import placement
-from pipelines.routing import enabled_stages, runs_as_job, stage_slice
+from pipelines.routing import data_rayjob, enabled_stages, runs_as_job, stage_slice
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -122,7 +123,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if source.md5:
         print(f"data: version {source.md5}, pulled from {source.remote} by the data step")
     else:
-        print(f"data: no pointer for this data config; the data step will build it and push it to {source.remote}")
+        job = data_rayjob(cfg)
+        how = f" (as a RayJob: {rayjob_groups(job)})" if job else ""
+        print(f"data: no pointer for this data config; the data step will build it and push it to {source.remote}{how}")
     return 0
 
 
@@ -133,8 +136,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         from harnessrl.cluster import rayjob, trainjob
 
-        compile_pipeline(cfg, args.output, Path.cwd())
+        source = compile_pipeline(cfg, args.output, Path.cwd())
         print(f"# would submit {args.output} ({cfg.name}); the stages would create:")
+        if not source.md5 and (data_job := data_rayjob(cfg)):  # the data step builds the data
+            print("---")
+            print(yaml.safe_dump(rayjob.example("data", {"rayjob": data_job.model_dump()}), sort_keys=False), end="")
         for stage in enabled_stages(cfg):
             if runs_as_job(cfg, stage):
                 job = trainjob if stage in ("cpt", "sft") else rayjob

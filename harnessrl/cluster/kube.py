@@ -48,18 +48,20 @@ def secret_env(secrets: list[SecretEnv]) -> list[dict]:
 
 
 def job_folder(pvc: PVCConfig, name: str, ctx: StageContext) -> StageContext:
-    """The job's folder on the shared PVC with the stage's inputs copied in: the context its pods run."""
+    """The job's folder on the shared PVC with the stage's inputs copied in: the context its pods run.
+    A context without a data folder (the data step's own job, which builds it) gets none."""
     folder = Path(pvc.mount_path) / "harnessrl-jobs" / name
     shutil.rmtree(folder, ignore_errors=True)  # a retried stage copies its inputs afresh...
-    shutil.copytree(ctx.data_dir, folder / "data")
+    if ctx.data_dir is not None:
+        shutil.copytree(ctx.data_dir, folder / "data")
     if ctx.parent is not None:
         shutil.copytree(ctx.parent, folder / "parent")
-    (folder / "out").mkdir()
+    (folder / "out").mkdir(parents=True)
     return StageContext(
         cfg=ctx.cfg,
         parent=folder / "parent" if ctx.parent is not None else None,
         out=folder / "out",
-        data_dir=folder / "data",
+        data_dir=folder / "data" if ctx.data_dir is not None else None,
         state_dir=folder.with_name(f"{name}.state"),  # ...but resumes from the state its killed try saved
     )
 

@@ -1,4 +1,5 @@
 """Async RL on a cluster: a RayJob on KubeRay, created and waited on by the RL stage itself.
+The DAG's data step, when it must build the data, runs its build the same way (`cpu_only` below).
 
 The RayJob brings up a Ray cluster for the stage and runs its driver, `python -m
 harnessrl.cluster.rayjob SPEC`, which is the stage's own `work(ctx)`: the RL loop, whose trainer
@@ -27,12 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.cluster import kube
-from harnessrl.config import RayGroup, RayJobSlice
+from harnessrl.config import RayGroup, RayJobConfig, RayJobSlice
 from harnessrl.stage import StageContext
 from harnessrl.train.spec import read_spec, resolve, write_spec
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
-TARGETS = {"rl": "components.rl:work", "long_horizon": "components.long_horizon_rl:work"}
+TARGETS = {
+    "rl": "components.rl:work",
+    "long_horizon": "components.long_horizon_rl:work",
+    "data": "components.data:build_on_ray",
+}
+
+
+def cpu_only(ray: RayJobConfig) -> RayJobConfig:
+    """The data step's RayJob (components/data.py): the head and only the worker groups without GPUs
+    (e.g. `env`). Mining is CPU work, so no GPU node is held for data; with no such group, Ray's tasks
+    run on the head alone."""
+    return ray.model_copy(update={"workers": {n: g for n, g in ray.workers.items() if not g.gpus}})
 
 
 def _pod(cluster: RayJobSlice, group: RayGroup, container: str) -> dict:
@@ -135,7 +147,7 @@ def verdict(obj: dict) -> tuple[bool | None, str]:
 
 
 def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
-    """Run the RL stage `tag` as a RayJob; returns the driver's metrics."""
+    """Run the stage `tag` (an RL stage, or the data step's build) as a RayJob; returns the driver's metrics."""
     cluster = RayJobSlice.model_validate(ctx.cfg["rayjob"])
     name = kube.job_name(tag, ctx)
     job_ctx = kube.job_folder(cluster.pvc, name, ctx)
@@ -144,13 +156,18 @@ def run(tag: str, ctx: StageContext, api: Any = None) -> dict:
     spec, result = write_spec(TARGETS[tag], job_ctx)
     api = api or kube.kube_api()
     namespace, say = cluster.rayjob.namespace, kube.sayer(tag)
-    groups = ", ".join(f"{n} x{g.replicas}" for n, g in cluster.rayjob.workers.items())
-    say(f"creating RayJob {namespace}/{name}: head + {groups}")
+    say(f"creating RayJob {namespace}/{name}: {groups(cluster)}")
     deadline = cluster.timeout_s * 1.1 if cluster.timeout_s else 0  # a backstop after KubeRay's own
     body = manifest(name, cluster, spec)
     ref = (GROUP, VERSION, namespace, PLURAL, name)
     kube.run_job(api, ref, body, verdict, deadline, cluster.rayjob.poll_s, say, owner=kube.pod_owner(namespace))
     return kube.publish(job_ctx, ctx, spec, result, f"RayJob {namespace}/{name}")
+
+
+def groups(cluster: RayJobSlice) -> str:
+    """The RayJob's pods in words: `head + env x4`, or `head alone`."""
+    workers = [f"{n} x{g.replicas}" for n, g in cluster.rayjob.workers.items()]
+    return " + ".join(["head", *workers]) if workers else "head alone"
 
 
 def _driver(spec_path: str) -> None:
