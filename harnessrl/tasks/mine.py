@@ -1,15 +1,16 @@
 """Tasks mined from a real repository: the suites that generated repos get, on code people wrote.
 
-`mine(name, repo_rel, data_dir, split, wants, seed)` reads a source's copy (harnessrl/data/sources.py
-put it at `data_dir/repo_rel`) and makes up to `wants[suite]` candidate tasks of each suite:
+`mine_sources` copies each source in (harnessrl/data/sources.py), builds its environment, and keeps
+what `mine` makes of it that validates. `mine` reads a source's copy and makes up to `wants[suite]`
+candidate tasks of each suite:
 
 - lookup: where is class/function X defined, or what is the value of constant X, for module-level
   symbols the AST finds defined exactly once, whose definition line the expert's search pattern
   finds exactly once in the whole repository (so there is one right answer);
 - long_horizon: the values of three numeric constants, one search each;
 - edit: rename a function everywhere, change an integer constant, or add a parameter to a function
-  that returns ints (harnessrl/tasks/edit.py's
-  checks: every module still imports, the change holds, every probed answer still holds);
+  that answers ints (harnessrl/tasks/edit.py's checks: every module still imports, the change holds,
+  every probed answer still holds);
 - lint: a ruff violation planted in a module (harnessrl/tasks/lint.py);
 - bugfix: a one-token bug planted in a function (harnessrl/tasks/bugfix.py).
 
