@@ -134,9 +134,13 @@ def test_a_process_pool_and_ray_tasks_mine_the_same_tasks(tmp_path, ray_session)
     for name in ("geo", "geo2"):
         write_package(tmp_path / name)
     (tmp_path / "geo2" / "grid.py").write_text(PACKAGE["grid.py"].replace("geo.shapes", "geo2.shapes"))
-    cfgs = [SourceConfig(name=n, path=str(tmp_path / n), tasks={"lookup": 3, "lint": 2}) for n in ("geo", "geo2")]
+    cfgs = [
+        SourceConfig(name=n, path=str(tmp_path / n), tasks={"lookup": 3, "lint": 2, "bugfix": 2})
+        for n in ("geo", "geo2")
+    ]
     serial = mine_sources(cfgs, 0, tmp_path / "serial", workers=2)
     for out, kwargs in (("pool", {"processes": 2}), ("ray", {"use_ray": True})):
         kept, episodes, infos, stats = mine_sources(cfgs, 0, tmp_path / out, workers=2, **kwargs)
         assert [t.model_dump() for t in kept["train"]] == [t.model_dump() for t in serial[0]["train"]], out
         assert stats == serial[3] and infos == serial[2] and episodes.keys() == serial[1].keys()
+        assert not list((tmp_path / out).glob(".*")), "a scratch folder was left behind"

@@ -112,7 +112,7 @@ def repo_tasks(
     rows = probe_functions(repo_dir, packages, functions, rng, python=python)
     candidates = [f for f in functions if len([r for r in rows.get(f.module, []) if r[0] == f.name]) >= 2]
     rng.shuffle(candidates)
-    work = out / ".work"
+    work = out / f".work-{prefix}"  # its own: sources mined at once share `out`
     tasks: list[Task] = []
     planted: set[tuple[str, int, int]] = set()
     for fn in candidates * per_function:
