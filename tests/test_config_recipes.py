@@ -208,3 +208,16 @@ def test_the_vllm_engine_is_refused_by_name_where_vllm_is_not_installed(monkeypa
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(ValueError, match=r"engine\.kind: 'vllm' needs vLLM"):
         check_installed("vllm")
+
+
+def test_a_mix_weight_of_zero_drops_a_suite_an_inherited_mix_names():
+    """Hydra merges dicts key by key: a recipe drops an inherited suite by weighing it 0."""
+    from harnessrl.config import EvalConfig
+
+    base = {"seeds": [0], "num_tasks": 4, "max_new_tokens": 8}
+    assert EvalConfig(mix={"lookup": 1.0, "swe": 0}, **base).mix == {"lookup": 1.0}
+    with pytest.raises(ValueError, match="at least one suite with a weight above 0"):
+        EvalConfig(mix={"swe": 0}, **base)
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        EvalConfig(mix={"swe": -1}, **base)
+    assert compose(["recipe=qwen_coder_7b_mini"]).stages.rl.mix == {"lookup": 0.2}

@@ -23,8 +23,10 @@ def test_the_same_seeds_give_the_same_numbers(tiny_base: dict) -> None:
     tasks = load_heldout(tiny_base["data"], cfg.mix, cfg.num_tasks)
     first, again = (checkpoint_rows(tiny_base["base"], tasks, tiny_base["data"], cfg, "float32") for _ in range(2))
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
-    assert strip(first) == strip(again) and len(first) == 4
-    assert [r["seed"] for r in first] == [0, 0, 1, 1]
+    # Two tasks from each source of the suite: the generated repos and the held-out real one (hydra).
+    assert strip(first) == strip(again) and len(first) == 8
+    assert [r["seed"] for r in first] == [0] * 4 + [1] * 4
+    assert [r["suite"] for r in first[:4]] == ["lookup", "lookup", "lookup@hydra", "lookup@hydra"]
     m = suite_metrics(first, with_pass_at_k=True)
     assert m["pass_at_k"]["k"] == 2 and m == suite_metrics(again, with_pass_at_k=True) | {"wall_s": m["wall_s"]}
 

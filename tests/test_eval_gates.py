@@ -15,6 +15,7 @@ from harnessrl.config import EvalConfig, GateConfig
 from harnessrl.lineage.manifest import write_manifest
 from harnessrl.report import episodes
 from harnessrl.report.gates import GateFailed, check_gates
+from harnessrl.report.metrics import row_suite
 from harnessrl.stage import run_stage
 from tests.conftest import run_cli
 
@@ -41,10 +42,13 @@ def fake_chain(root: Path) -> Path:
 @pytest.fixture
 def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
     def rows(path, tasks, data_dir, cfg, dtype, engine=None, vllm=None):
+        # Each source's tasks solved alike (the generated lookups and hydra's): the first `solved` of each.
         solved = SOLVED[Path(path).name]
-        return [{"suite": t.suite, "task_id": t.id, "seed": s, "success": i < solved, "stop_reason": "final",
-                 "turns": 1 + i % 3, "tool_calls": 1, "parallel_turns": 0, "malformed_turns": 0, "asked": False,
-                 "tokens": 20, "wall_s": 0.01} for s in cfg.seeds for i, t in enumerate(tasks)]  # fmt: skip
+        index = {t.id: [u.id for u in tasks if row_suite(u) == row_suite(t)].index(t.id) for t in tasks}
+        return [{"suite": row_suite(t), "task_id": t.id, "seed": s, "success": index[t.id] < solved,
+                 "stop_reason": "final", "turns": 1 + index[t.id] % 3, "tool_calls": 1, "parallel_turns": 0,
+                 "malformed_turns": 0, "asked": False, "tokens": 20, "wall_s": 0.01}
+                for s in cfg.seeds for t in tasks]  # fmt: skip
 
     monkeypatch.setattr(episodes, "checkpoint_rows", rows)
 
@@ -73,7 +77,7 @@ def test_a_checkpoint_worse_than_its_parent_fails_the_stage_after_writing_the_re
     assert not (tmp_path / "eval").exists()  # a failed stage leaves no output
     kept = Path(msg.rsplit("report: ", 1)[1]).parent
     report = json.loads((kept / "report.json").read_text())
-    assert [g["ok"] for g in report["gates"]] == [False]
+    assert [g["ok"] for g in report["gates"]] == [False, False]  # on lookup and on lookup@hydra
     assert (kept / "report.html").is_file() and (kept / "success_by_stage.png").is_file()
     # `harnessrl report` finds the kept report of the failed run.
     (tmp_path / "run" / "run.json").write_text("{}")
@@ -90,7 +94,8 @@ def test_within_tolerance_the_gates_pass_and_the_report_says_so(
     report = json.loads((out / "report.json").read_text())
     assert [r["stage"] for r in report["results"]] == list(SOLVED)
     assert [r["success"] for r in report["results"]] == [0.0, 0.25, 0.75, 0.5, 1.0]
-    assert all(g["ok"] for g in report["gates"]) and len(report["gates"]) == 1 + 4  # rl only; every stage
+    # A verdict per suite row (lookup, lookup@hydra): rl only for success; every stage for malformed.
+    assert all(g["ok"] for g in report["gates"]) and len(report["gates"]) == 2 * (1 + 4)
     assert report["rl_effect"]["from"] == "sft" and report["rl_effect"]["to"] == "long_horizon"
     assert [r["global_step"] for r in report["training"]] == [1, 2, 3, 4, 5, 6]
     assert json.loads((out / "manifest.json").read_text())["metrics"]["success"] == 1.0

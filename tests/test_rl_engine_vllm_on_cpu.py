@@ -129,7 +129,7 @@ def test_eval_on_vllm_gives_the_hf_engines_episodes(tiny_base: dict[str, Path], 
         rows[kind] = [
             {k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / kind / "episodes.jsonl")
         ]
-    assert len(rows["hf"]) == 6 and rows["vllm"] == rows["hf"]
+    assert len(rows["hf"]) == 12 and rows["vllm"] == rows["hf"]  # 6 from each source: generated, hydra
 
 
 @needs_bwrap

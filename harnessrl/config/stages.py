@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from harnessrl.config.base import Strict
 from harnessrl.config.harness import Budgets, ContextConfig, episode_budgets
@@ -13,8 +13,17 @@ from harnessrl.config.harness import Budgets, ContextConfig, episode_budgets
 STAGES = ("base", "cpt", "sft", "rl", "long_horizon", "eval")
 
 
+def _active(mix: dict[str, float]) -> dict[str, float]:
+    # Weight 0 turns a suite off: Hydra merges dicts key by key, so a recipe that inherits another's
+    # mix can drop a suite only by zeroing it. What is left must name a suite.
+    active = {suite: weight for suite, weight in mix.items() if weight > 0}
+    if not active:
+        raise ValueError("a mix needs at least one suite with a weight above 0")
+    return active
+
+
 # suite -> weight: how a stage's tasks or conversations are shared among the data's suites.
-Mix = Annotated[dict[str, Annotated[float, Field(gt=0)]], Field(min_length=1)]
+Mix = Annotated[dict[str, Annotated[float, Field(ge=0)]], AfterValidator(_active)]
 
 
 def shares(mix: dict[str, float], total: int) -> dict[str, int]:
