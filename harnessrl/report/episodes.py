@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.config import EngineConfig, EvalConfig
-from harnessrl.report.metrics import episode_row, row_suite
+from harnessrl.report.metrics import episode_row
 from harnessrl.tasks.task import Task
 
 
@@ -73,7 +73,7 @@ def checkpoint_rows(
 ) -> list[dict]:
     """checkpoint_trajectories as one compact row per episode."""
     return [
-        episode_row(tr, row_suite(t), seed)
+        episode_row(tr, t, seed)
         for seed, t, tr in checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine, vllm=vllm)
     ]
 
@@ -105,5 +105,5 @@ def endpoint_rows(
             api_key=api_key,
         )
         trajs = run_tasks(tasks, data_dir, policy_for, workers=workers, budgets=cfg.budgets())
-        rows += [episode_row(tr, row_suite(t), seed) for tr, t in zip(trajs, tasks, strict=True)]
+        rows += [episode_row(tr, t, seed) for tr, t in zip(trajs, tasks, strict=True)]
     return rows

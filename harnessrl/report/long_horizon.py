@@ -18,7 +18,7 @@ from typing import Any, get_args
 
 from harnessrl.config import Budgets, ContextConfig
 from harnessrl.harness.episode import StopReason, Trajectory
-from harnessrl.report.metrics import episode_row, row_suite
+from harnessrl.report.metrics import episode_row
 from harnessrl.report.stats import bootstrap_ratio, wilson
 from harnessrl.tasks.task import Task
 
@@ -93,7 +93,7 @@ def compare(
         out[method] = method_result(trajs) | {
             "checkpoint": read_manifest(ckpts[method])["id"],  # the lineage id, as every result has
             "path": str(ckpts[method]),
-            "rows": [episode_row(tr, row_suite(task), seed) for seed, task, tr in runs],
+            "rows": [episode_row(tr, task, seed) for seed, task, tr in runs],
         }
         if method == "trained_summary":  # the first that compacted and succeeded, else that compacted
             ranked = sorted(runs, key=lambda r: (not r[2].compactions, not r[2].outcome.success))

@@ -34,10 +34,10 @@ def row_suite(task: Task) -> str:
     return task.suite if task.source is None else f"{task.suite}@{task.source}"
 
 
-def episode_row(traj: Trajectory, suite: str, seed: int) -> dict[str, Any]:
+def episode_row(traj: Trajectory, task: Task, seed: int) -> dict[str, Any]:
     c = traj.counts
     return {
-        "suite": suite,
+        "suite": row_suite(task),
         "task_id": traj.task_id,
         "seed": seed,
         "success": bool(traj.outcome.success),

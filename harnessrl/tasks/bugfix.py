@@ -22,7 +22,7 @@ from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks.checkers import run_check
 from harnessrl.tasks.mutations import Mutation, apply, mutation_sites
 from harnessrl.tasks.probe import Function, assertions, probe, probe_functions, repo_functions, returns
-from harnessrl.tasks.repogen import generate_repo
+from harnessrl.tasks.repogen import Repo, planted_tasks
 from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "bugfix"
@@ -156,17 +156,8 @@ def repo_tasks(
 def build(out: Path, seed: int, num: int) -> list[Task]:
     """From generated repos, two tasks each, a quarter held out by repo. (Real code: harnessrl/tasks/mine.py.)"""
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
-    n_held = max(1, num // 4)
-    tasks: list[Task] = []
-    for split, total in (("train", num - n_held), ("heldout", n_held)):
-        for i in range(4 * total):  # a repo gives up to two tasks; a few may give none
-            left = total - sum(t.split == split for t in tasks)
-            if left <= 0:
-                break
-            repo = generate_repo(rng, 3)
-            original = out / ".original" / f"{split}-{i}"
-            repo.write(original)
-            functions = repo_functions(original)
-            tasks += repo_tasks(rng, out, original, [repo.package], functions, split, f"r{i:04d}", min(2, left))
-    shutil.rmtree(out / ".original", ignore_errors=True)
-    return tasks
+
+    def plant(original: Path, repo: Repo, split: str, prefix: str, want: int) -> list[Task]:
+        return repo_tasks(rng, out, original, [repo.package], repo_functions(original), split, prefix, want)
+
+    return planted_tasks(rng, out, num, plant)

@@ -12,7 +12,7 @@ import ast
 import random
 from pathlib import Path
 
-from harnessrl.tasks.probe import assertions, probe_functions, repo_functions
+from harnessrl.tasks.probe import assertions, module_of, probe_functions, repo_functions
 from harnessrl.tasks.repogen import Repo, Symbol, generate_repo
 from harnessrl.tasks.task import Check, Solution, Task, split_of
 
@@ -37,16 +37,12 @@ def _test(repo: Repo, rows: Rows, extra: list[str], rename: tuple[str, str] | No
     return "\n".join(lines) + "\n"
 
 
-def _module(path: str) -> str:
-    return path[:-3].replace("/", ".")
-
-
 def rename_task(
     rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str], fn: Symbol, packages: list[str]
 ) -> Task:
     """Rename `fn` to a fresh name everywhere: every module must still import and behave."""
     new = _fresh(rng, names)
-    mod = _module(fn.path)
+    mod = module_of(fn.path)
     extra = [
         f"    m = importlib.import_module({mod!r})",
         f"    assert not hasattr(m, {fn.name!r})",
@@ -69,7 +65,7 @@ def constant_task(
 ) -> Task:
     """Change an integer constant; half the time the instruction leaves the value to the user."""
     value = rng.choice([v for v in range(2, 1000) if v != const.value])
-    extra = [f"    m = importlib.import_module({_module(const.path)!r})", f"    assert m.{const.name} == {value}"]
+    extra = [f"    m = importlib.import_module({module_of(const.path)!r})", f"    assert m.{const.name} == {value}"]
     ask = rng.random() < 0.5
     return Task(
         id=f"{SUITE}/{rel.split('/')[-1]}/constant",
@@ -104,7 +100,7 @@ def param_task(
 ) -> Task:
     """Add `offset: int = 0` to `fn`, returning its old result plus offset: the default keeps every
     probed answer, and passing it shifts them. `example` is arguments the expert tries it with."""
-    mod = _module(fn.path)
+    mod = module_of(fn.path)
     extra = [
         f"    m = importlib.import_module({mod!r})",
         f"    assert inspect.signature(m.{fn.name}).parameters[{PARAM!r}].default == 0",

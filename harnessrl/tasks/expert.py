@@ -23,6 +23,7 @@ from harnessrl.harness.episode import AssistantTurn, Trajectory, run_tasks
 from harnessrl.harness.protocol import render_calls
 from harnessrl.tasks.diffs import hunk_edit, new_file_text, parse_patch
 from harnessrl.tasks.lint import RULES
+from harnessrl.tasks.probe import module_of
 from harnessrl.tasks.task import Task
 
 Script = Generator[str, list[str], None]  # yields a turn, receives that turn's tool outputs
@@ -106,7 +107,7 @@ def param(task: Task) -> Script:
     new = [re.sub(r"\)(\s*(?:->[^:]*)?):\s*$", rf", {p}: int = 0)\1:", block[0], count=1)]
     new += [re.sub(r"^(\s*)return (.*)$", rf"\1return (\2) + {p}", ln) for ln in block[1:]]
     yield turn(call("edit_file", path=path, old_str="\n".join(block), new_str="\n".join(new)))
-    module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    module = module_of(path)
     args = task.solution.value or "5"  # arguments it was probed with (generated functions take an int)
     script = f"from {module} import {name}; print({name}({args}), {name}({args}, {p}=2))"
     yield turn(call("run_terminal", command=f"python -c '{script}'"))

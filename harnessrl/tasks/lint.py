@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 
 from harnessrl.harness.tools.terminal import PYTHON
-from harnessrl.tasks.bugfix import top_level_names
+from harnessrl.tasks.bugfix import top_level_names, unique_context
 from harnessrl.tasks.mutations import Mutation
-from harnessrl.tasks.probe import assertions, probe_functions, repo_functions
+from harnessrl.tasks.probe import assertions, module_of, probe_functions, repo_functions
+from harnessrl.tasks.repogen import planted_tasks
 from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "lint"
@@ -49,10 +50,6 @@ def test_lint_clean():  # the harness's ruff: a source's environment has none
 def test_module_imports():
     importlib.import_module({module!r})
 """
-
-
-def _module(path: str) -> str:
-    return path[:-3].replace("/", ".").removesuffix(".__init__")
 
 
 def dirty_files(root: Path) -> set[str]:
@@ -116,8 +113,6 @@ def _old_new(original: str, mutated: str, m: Mutation) -> tuple[str, str]:
     unique in the mutated file; for an added import, the import line and its newline."""
     if m.kind == "unused_import":
         return f"{m.new}\n", ""
-    from harnessrl.tasks.bugfix import unique_context
-
     return unique_context(original, m, mutated)
 
 
@@ -155,7 +150,7 @@ def repo_tasks(
         shutil.copytree(root, out / rel, copy_function=os.link)
         (out / rel / path).unlink()  # a hardlink: write a new file, never into the shared one
         (out / rel / path).write_text(mutated)
-        module = _module(path)
+        module = module_of(path)
         test = CHECK.format(rules=RULES, path=path, module=module)
         probed = rows.get(module, [])
         if probed:
@@ -183,18 +178,6 @@ def repo_tasks(
 
 def build(out: Path, seed: int, num: int) -> list[Task]:
     """From generated repos, up to two tasks each, a quarter held out by repo. (Real code: mine.py.)"""
-    from harnessrl.tasks.repogen import generate_repo
-
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
-    n_held = max(1, num // 4)
-    tasks: list[Task] = []
-    for split, total in (("train", num - n_held), ("heldout", n_held)):
-        for i in range(4 * total):  # a repo gives up to two tasks; a few may give none
-            left = total - sum(t.split == split for t in tasks)
-            if left <= 0:
-                break
-            original = out / ".original" / f"{split}-{i}"
-            generate_repo(rng, 3).write(original)
-            tasks += repo_tasks(rng, out, original, split, f"r{i:04d}", min(2, left))
-    shutil.rmtree(out / ".original", ignore_errors=True)
-    return tasks
+    plant = lambda original, repo, split, prefix, want: repo_tasks(rng, out, original, split, prefix, want)
+    return planted_tasks(rng, out, num, plant)

@@ -39,7 +39,7 @@ from harnessrl.harness.episode import Trajectory
 from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
 from harnessrl.tasks.bugfix import top_level_names
-from harnessrl.tasks.probe import probe_functions, repo_functions
+from harnessrl.tasks.probe import module_of, probe_functions, repo_functions
 from harnessrl.tasks.repogen import Repo, Symbol
 from harnessrl.tasks.task import SPLITS, Task
 from harnessrl.tasks.validate import mining_stats, reasons, validate
@@ -180,7 +180,7 @@ def _edit_tasks(
         for f, a, r in rs:
             answers.setdefault((m, f), []).append((a, r))
     ints = {k: [a for a, _ in v] for k, v in answers.items() if len(v) >= 2 and all(edit.is_int(r) for _, r in v)}
-    params = [s for s in functions if (_module(s.path), s.name) in ints]
+    params = [s for s in functions if (module_of(s.path), s.name) in ints]
     while len(tasks) < want and (functions or consts or params):
         if functions:
             tasks.append(edit.rename_task(rng, repo, rows, repo_rel, split, names, functions.pop(), packages))
@@ -188,13 +188,9 @@ def _edit_tasks(
             tasks.append(edit.constant_task(rng, repo, rows, repo_rel, split, consts.pop(), packages))
         if params and len(tasks) < want:
             fn = params.pop()
-            example = ints[(_module(fn.path), fn.name)][0]
+            example = ints[(module_of(fn.path), fn.name)][0]
             tasks.append(edit.param_task(repo, rows, repo_rel, split, fn, packages, example))
     return tasks
-
-
-def _module(path: str) -> str:
-    return path[:-3].replace("/", ".").removesuffix(".__init__")
 
 
 def mine_sources(

@@ -83,13 +83,19 @@ class Function:
     lines: tuple[int, int]  # first and last line of the def, 1-based
 
 
+def module_of(path: str) -> str:
+    """The importable name of a repo's .py file: `pkg/sub/mod.py` -> `pkg.sub.mod`, a package's
+    `__init__.py` its package."""
+    return path[:-3].replace("/", ".").removesuffix(".__init__")
+
+
 def find_functions(root: Path, path: str) -> list[Function]:
     """Top-level, undecorated functions taking 1-4 positional parameters and nothing required besides."""
     try:
         tree = ast.parse((root / path).read_text())
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return []
-    module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    module = module_of(path)
     found = []
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef) or node.decorator_list or node.name.startswith("__"):

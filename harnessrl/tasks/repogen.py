@@ -10,9 +10,14 @@ memory first and written in sorted order, so the same rng state gives the same b
 from __future__ import annotations
 
 import random
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from harnessrl.tasks.task import Task
 
 WORDS = [
     "alpha",
@@ -193,3 +198,24 @@ def generate_repo(rng: random.Random, num_files: int, max_consts: int = 4) -> Re
         ]
         repo.files[path] = "\n".join(lines) + "\n"
     return repo
+
+
+def planted_tasks(
+    rng: random.Random, out: Path, num: int, plant: Callable[[Path, Repo, str, str, int], list[Task]]
+) -> list[Task]:
+    """`num` tasks from generated repos of 3 files, a quarter held out by repo, for the suites that plant
+    a change (bugfix, lint): each repo is written to out/.original/<split>-<i> and `plant(original,
+    repo, split, prefix, want)` makes up to `want` tasks of it (at most two a repo; some give none)."""
+    n_held = max(1, num // 4)
+    tasks: list[Task] = []
+    for split, total in (("train", num - n_held), ("heldout", n_held)):
+        for i in range(4 * total):
+            left = total - sum(t.split == split for t in tasks)
+            if left <= 0:
+                break
+            repo = generate_repo(rng, 3)
+            original = out / ".original" / f"{split}-{i}"
+            repo.write(original)
+            tasks += plant(original, repo, split, f"r{i:04d}", min(2, left))
+    shutil.rmtree(out / ".original", ignore_errors=True)
+    return tasks
