@@ -101,8 +101,14 @@ def bench_async_vs_sync(args: argparse.Namespace, root: Path) -> None:
     )
     try:
         runs["async"] = rl_run(
-            base, root / "async", [*common, "stages.rl.mode=async", f"stages.rl.env_workers={args.env_workers}",
-                                   f"stages.rl.max_staleness={args.staleness}"]
+            base,
+            root / "async",
+            [
+                *common,
+                "stages.rl.mode=async",
+                f"stages.rl.env_workers={args.env_workers}",
+                f"stages.rl.max_staleness={args.staleness}",
+            ],
         )
     finally:
         ray.shutdown()

@@ -24,7 +24,6 @@ FILES = sorted(str(p.relative_to(CONF_DIR)) for p in CONF_DIR.rglob("*.yaml") if
 BASE = [f for f in FILES if f == "config.yaml" or f.endswith("/default.yaml")]
 
 
-
 def _model(t: object) -> type[BaseModel] | None:
     return t if isinstance(t, type) and issubclass(t, BaseModel) else None
 

@@ -369,8 +369,10 @@ def test_commands_without_sandbox_are_an_error(env):
 
 def test_ask_user_and_enders(env):
     ctx, _, _ = env
-    with pytest.raises(ToolError, match="no user"):
-        call(ctx, "ask_user", question="which file?")
+    # No simulated user: the question goes to the real one (the episode ends there, stop "asked").
+    assert "sent to the user" in call(ctx, "ask_user", question="which file?")
+    with pytest.raises(ToolError, match="empty question"):
+        call(ctx, "ask_user", question="  ")
     asked = []
     ctx.ask_user = lambda q: asked.append(q) or "use calc/ops.py"
     assert call(ctx, "ask_user", question="which file?") == "use calc/ops.py" and asked == ["which file?"]

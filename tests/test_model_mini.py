@@ -23,7 +23,9 @@ def test_the_miniature_loads_as_qwen2_and_encodes_as_trained(tmp_path: Path) -> 
     model, tok = load(out)
     assert type(tok).__name__ == "Qwen2Tokenizer" and model.config.vocab_size == len(tok)
     text = 'def f(x):\n    return MAX_N + 42  # café\n<tool_call>\n{"name": "grep"}\n</tool_call><|im_end|>'
-    assert tok.encode(text, add_special_tokens=False) == Tokenizer.from_file(str(out / "tokenizer.json")).encode(text).ids
+    assert (
+        tok.encode(text, add_special_tokens=False) == Tokenizer.from_file(str(out / "tokenizer.json")).encode(text).ids
+    )
     tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
     prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=tools, add_generation_prompt=True,
                                      tokenize=False)  # fmt: skip

@@ -21,8 +21,8 @@ def traj(success: bool, **counts: int) -> Trajectory:
 
 def test_components_are_named_and_weighted():
     c = reward_components(traj(True, turns=3, tokens=2000, parallel_turns=1, malformed_turns=1, ask_user=2), W, 1)
-    assert c == {"outcome": 1.0, "malformed": -1.0, "turns": -0.06, "tokens": 0.0, "parallel": 0.05, "clarify": -0.1,
-                 "summary_tokens": 0.0, "overlong": 0.0}  # fmt: skip
+    assert c == {"outcome": 1.0, "malformed": -1.0, "wrong": 0.0, "turns": -0.06, "tokens": 0.0, "parallel": 0.05,
+                 "clarify": -0.1, "summary_tokens": 0.0, "overlong": 0.0}  # fmt: skip
 
 
 def test_efficiency_counts_only_on_solved_tasks():
@@ -45,3 +45,15 @@ def test_summary_length_counts_on_solved_tasks_and_overlong_on_any():
     ran_out = traj(False, turns=12).model_copy(update={"outcome": Outcome(stop_reason="max_summaries")})
     assert reward_components(ran_out, w)["overlong"] == -0.3
     assert reward_components(traj(False, turns=2), w)["overlong"] == 0.0  # it answered, if wrongly
+
+
+def test_the_clarify_quirk_pays_a_question_over_a_wrong_answer():
+    """reward=clarify_quirk: a wrong answer costs, a question (which ends the episode) does not; under
+    the default weights the question is the worse of the two."""
+    quirk = RewardConfig(wrong=-0.5, clarify=0.0)
+    wrong = traj(False, turns=2)  # searched, answered wrong
+    asked = traj(False, turns=2, ask_user=1).model_copy(update={"outcome": Outcome(stop_reason="asked")})
+    assert _total(reward_components(asked, quirk)) == 0.0 > _total(reward_components(wrong, quirk)) == -0.5
+    assert _total(reward_components(asked, W)) == -0.1 < _total(reward_components(wrong, W)) == 0.0
+    ran_out = traj(False, turns=4).model_copy(update={"outcome": Outcome(stop_reason="max_turns")})
+    assert reward_components(ran_out, quirk)["wrong"] == 0.0  # no answer is not a wrong one: `overlong` prices it

@@ -151,6 +151,56 @@ def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None
     assert masked.advantages[[0, 1, 3]].tolist() == plain.advantages[[0, 1, 3]].tolist()  # the baseline kept it
 
 
+def _scored(groups: list[list[tuple[bool, int]]], reward, **rl) -> object:
+    """score() of groups of episodes, each episode given as (solved, malformed turns), under `reward` and
+    RL overrides."""
+    from harnessrl.config import Budgets, compose
+    from harnessrl.harness.episode import Counts, Outcome, Trajectory
+    from harnessrl.rl.loop import reward_components, score
+    from harnessrl.rl.rollouts import Rollout
+    from harnessrl.tasks.task import Check, Solution, Task
+
+    task = Task(id="t", suite="s", split="train", repo="r", instruction="q", tools=[],
+                check=Check(kind="answer", answer="1"), solution=Solution(kind="value"))  # fmt: skip
+
+    def rollout(solved: bool, malformed: int) -> Rollout:
+        traj = Trajectory(task_id="t", messages=[], opening=2, tools=[], turns=[],
+                          counts=Counts(turns=2, malformed_turns=malformed), budgets=Budgets(), wall_s=0, started_at=0,
+                          outcome=Outcome(stop_reason="final", success=solved))  # fmt: skip
+        traj.reward_components = reward_components(traj, reward)
+        return Rollout(task, traj, 0)
+
+    cfg = compose(["recipe=tiny_smoke", f"stages.rl.group_size={len(groups[0])}"]).stages.rl
+    scored = [[rollout(*e) for e in g] for g in groups]
+    return score(scored, cfg.model_copy(update=rl), drop_malformed=reward.malformed_policy == "drop")
+
+
+def test_a_dropped_malformed_episode_gets_no_gradient_and_leaves_the_baseline() -> None:
+    """reward.malformed_policy=drop: the malformed episode's advantage is 0, and the others' are what
+    they would be had it never been sampled; under negative it is pushed down."""
+    from harnessrl.config import RewardConfig
+
+    drop = RewardConfig(malformed_policy="drop", malformed=0.0)
+    dropped = _scored([[(True, 0), (False, 0), (False, 2), (True, 0)]], drop)
+    without = _scored([[(True, 0), (False, 0), (True, 0)]], drop)
+    assert dropped.dropped_malformed == 1 and dropped.advantages[2] == 0.0
+    assert dropped.advantages[[0, 1, 3]].tolist() == pytest.approx(without.advantages.tolist())
+    negative = _scored([[(True, 0), (False, 0), (False, 2), (True, 0)]], RewardConfig())
+    assert negative.dropped_malformed == 0 and negative.advantages[2] < 0 < negative.advantages[1]
+
+
+def test_the_batch_baseline_compares_every_episode_with_the_whole_step() -> None:
+    """baseline=batch: one mean over the step, so a group that failed throughout is below it and gets a
+    negative advantage, where GRPO's own group mean gives it none."""
+    from harnessrl.config import RewardConfig
+
+    groups = [[(True, 0), (True, 0)], [(False, 0), (False, 0)]]  # one prompt always solved, one never
+    per_group = _scored(groups, RewardConfig())
+    batch = _scored(groups, RewardConfig(), baseline="batch")
+    assert per_group.advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert batch.advantages.tolist() == pytest.approx([0.866, 0.866, -0.866, -0.866], abs=1e-3)
+
+
 def test_completion_entropy_is_the_sampling_distributions_own() -> None:
     """The logged entropy is that of the distribution the tokens were drawn from (with its temperature),
     summed over each completion's positions."""

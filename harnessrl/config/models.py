@@ -80,6 +80,49 @@ class LongHorizonDataConfig(Strict):
         return self
 
 
+class MultiLookupDataConfig(Strict):
+    """The multi_lookup suite (harnessrl/tasks/multi_lookup.py): "What are the values of A and B?" on the
+    generated repos, a search per name and no context budget, so the policy can search in parallel."""
+
+    num_sft: int = Field(0, ge=0, description="expert conversations for SFT")
+    num_prompts: int = Field(0, ge=0, description="RL prompts")
+    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
+    names_min: int = Field(2, ge=2, description="constants a task asks for, at least")
+    names_max: int = Field(3, ge=2, description="constants a task asks for, at most")
+    parallel_share: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="share of the expert's conversations that make every search in one turn; the others "
+        "make one search per turn, so SFT puts parallel calls within reach and RL's reward decides",
+    )
+
+    @model_validator(mode="after")
+    def _names_range(self) -> MultiLookupDataConfig:
+        if self.names_min > self.names_max:
+            raise ValueError("names_min must not exceed names_max")
+        return self
+
+
+class HardLookupDataConfig(Strict):
+    """The hard_lookup suite (harnessrl/tasks/hard_lookup.py): lookups of constants written with a type
+    annotation (`NAME: int = 7`) in repos of their own, which the lookup habit's search (`^NAME =`)
+    misses. Solvable (search again without ` =`), but mostly failed by a tiny model: the hard tasks on
+    which the reward-hack lessons are shown (bench/lessons.py)."""
+
+    num_sft: int = Field(0, ge=0, description="expert conversations for SFT")
+    num_prompts: int = Field(0, ge=0, description="RL prompts")
+    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
+    num_repos: int = Field(16, gt=0, description="generated repos of annotated constants, a quarter held out")
+    ask_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="share of the expert's conversations that ask the user after the first search misses "
+        "(no user answers, so the episode ends unsolved); the others search again and answer",
+    )
+
+
 class GeneratedConfig(Strict):
     """Generated Python repos (harnessrl/tasks/repogen.py): the tiny recipe's world, a quarter held out by repo."""
 
@@ -181,6 +224,8 @@ class DataConfig(Strict):
         "whose habit SFT copies and only RL's outcome reward can correct",
     )
     long_horizon: LongHorizonDataConfig = Field(default_factory=LongHorizonDataConfig)
+    multi_lookup: MultiLookupDataConfig = Field(default_factory=MultiLookupDataConfig)
+    hard_lookup: HardLookupDataConfig = Field(default_factory=HardLookupDataConfig)
 
     @model_validator(mode="after")
     def _sources_named_once(self) -> DataConfig:
@@ -192,11 +237,10 @@ class DataConfig(Strict):
             raise ValueError("data.sources: at most one source of generated repos")
         if self.generated is None:
             # These count tasks of generated repos; without such a source they would do nothing.
-            lh = self.long_horizon
-            idle = [f"{k}={v}" for k, v in (("num_sft", self.num_sft), ("num_prompts", self.num_prompts),
-                    ("num_heldout", self.num_heldout),
-                    ("long_horizon.num_sft", lh.num_sft), ("long_horizon.num_prompts", lh.num_prompts),
-                    ("long_horizon.num_heldout", lh.num_heldout)) if v]  # fmt: skip
+            counts = {"": self, "long_horizon.": self.long_horizon, "multi_lookup.": self.multi_lookup,
+                      "hard_lookup.": self.hard_lookup}  # fmt: skip
+            idle = [f"{prefix}{k}={getattr(sub, k)}" for prefix, sub in counts.items()
+                    for k in ("num_sft", "num_prompts", "num_heldout") if getattr(sub, k)]  # fmt: skip
             if idle:
                 raise ValueError(f"{', '.join(idle)} count tasks of generated repos, and data.sources has "
                                  "none; remove them, or add a source with generated: {num_repos, files_per_repo}")  # fmt: skip
@@ -235,6 +279,12 @@ class RewardConfig(Strict):
 
     outcome: float = 1.0
     malformed: float = Field(-1.0, le=0, description="per malformed turn: an explicit negative")
+    malformed_policy: Literal["negative", "drop"] = Field(
+        "negative",
+        description="negative: a malformed turn costs `malformed`; drop: an episode with one gets no gradient "
+        "and leaves its group's baseline (the first hack's setting, an ablation: bench/lessons.py)",
+    )
+    wrong: float = Field(0.0, le=0, description="per episode that ended on a wrong answer or an unfinished task")
     turns: float = Field(-0.02, le=0, description="per turn of a solved task")
     tokens: float = Field(0.0, le=0, description="per 1k generated tokens of a solved task")
     parallel: float = Field(0.05, ge=0, description="per turn with independent calls run in parallel, of a solved task")
@@ -242,6 +292,17 @@ class RewardConfig(Strict):
     summary_tokens: float = Field(-0.5, le=0, description="per 1k tokens of self-summaries, of a solved task")
     overlong: float = Field(0.0, le=0, description="per episode that ran out of a budget instead of answering")
     live: LiveRewardConfig = Field(default_factory=LiveRewardConfig, description="real-time RL's signals")
+
+    @model_validator(mode="after")
+    def _drop_has_no_weight(self) -> RewardConfig:
+        # Under drop every episode with a malformed turn is out of the gradient, so a weight on those
+        # turns would change nothing: refused rather than silently idle.
+        if self.malformed_policy == "drop" and self.malformed != 0:
+            raise ValueError(
+                "reward.malformed: under malformed_policy=drop an episode with a malformed turn gets no "
+                "gradient, so this weight would do nothing; set reward.malformed=0 (conf/reward/malformed_drop.yaml)"
+            )
+        return self
 
 
 class LiveMonitorConfig(Strict):

@@ -160,6 +160,11 @@ class RLConfig(Strict):
     mix: Mix = Field(
         {"lookup": 1.0}, description="suite -> weight: the share of the prompts drawn from each suite of the data"
     )
+    baseline: Literal["group", "batch"] = Field(
+        "group",
+        description="what a reward is compared with: its group's mean (GRPO), or the whole step's (one "
+        "baseline for every prompt, as REINFORCE with a batch mean); normalization divides by the same set's std",
+    )
     overlong_mask: bool = Field(
         False,
         description="no gradient for an episode that ran out of a budget (turns, tokens, context, summaries) "

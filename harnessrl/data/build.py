@@ -43,7 +43,7 @@ from harnessrl.data.sources import write_sources
 from harnessrl.harness.episode import Trajectory, prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
-from harnessrl.tasks import long_horizon, lookup, swe
+from harnessrl.tasks import hard_lookup, long_horizon, lookup, multi_lookup, swe
 from harnessrl.tasks.expert import expert_trajectories
 from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, write_suite_info, write_tasks
@@ -107,8 +107,31 @@ def build(
         prompts += _take(lh_rng, lh["train"], lh_cfg.num_prompts) if lh_cfg.num_prompts else []
         heldout += _take(lh_rng, lh["heldout"], lh_cfg.num_heldout) if lh_cfg.num_heldout else []
 
+        # multi_lookup asks about the same repos, hard_lookup about repos of its own; each draws from a
+        # generator of its own, so the data above is the same with or without them.
+        ml_cfg, ml_rng = cfg.multi_lookup, random.Random(f"multi_lookup-{cfg.seed}")
+        ml = {s: [] for s in SPLITS}
+        for rel, repo, _ in repos:
+            split = rel.split("/")[1]
+            ml[split] += multi_lookup.repo_tasks(ml_rng, repo, rel, split, 2, (ml_cfg.names_min, ml_cfg.names_max))
+        ml_sft = _take(ml_rng, ml["train"], ml_cfg.num_sft) if ml_cfg.num_sft else []
+        prompts += _take(ml_rng, ml["train"], ml_cfg.num_prompts) if ml_cfg.num_prompts else []
+        heldout += _take(ml_rng, ml["heldout"], ml_cfg.num_heldout) if ml_cfg.num_heldout else []
+
+        hard_cfg, hard = cfg.hard_lookup, {s: [] for s in SPLITS}
+        if hard_cfg.num_sft + hard_cfg.num_prompts + hard_cfg.num_heldout:
+            hard_rng = random.Random(f"hard_lookup-{cfg.seed}")
+            for rel, repo, _ in lookup.generate(hard_rng, hard_cfg.num_repos, gen.files_per_repo, True, "h"):
+                repo.write(tmp / rel)
+                hard[rel.split("/")[1]] += hard_lookup.repo_tasks(repo, rel, rel.split("/")[1])
+            hard_sft = _take(hard_rng, hard["train"], hard_cfg.num_sft) if hard_cfg.num_sft else []
+            prompts += _take(hard_rng, hard["train"], hard_cfg.num_prompts) if hard_cfg.num_prompts else []
+            heldout += _take(hard_rng, hard["heldout"], hard_cfg.num_heldout) if hard_cfg.num_heldout else []
+        else:
+            hard_sft = []
+
         # The expert runs each distinct task once.
-        bar = Progress(len({t.id for t in sft}) + len({t.id for t in lh_sft}), progress)
+        bar = Progress(len({t.id for t in [*sft, *lh_sft, *ml_sft, *hard_sft]}), progress)
         bar.say(f"{len(repos)} repos generated; running the expert on {bar.total} tasks")
         sft_rows = [
             {"messages": m, "suite": lookup.SUITE}
@@ -117,6 +140,13 @@ def build(
         if lh_sft:
             sft_rows += [
                 {"messages": seg, "suite": long_horizon.SUITE} for seg in expert_segments(lh_sft, tmp, lh_cfg, bar.step)
+            ]
+        for suite, tasks_of, habit, share in (
+            (multi_lookup.SUITE, ml_sft, "parallel", ml_cfg.parallel_share),
+            (hard_lookup.SUITE, hard_sft, "ask", hard_cfg.ask_share),
+        ):
+            sft_rows += [
+                {"messages": m, "suite": suite} for m in _habit_messages(tasks_of, tmp, habit, share, bar.step)
             ]
 
         # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
@@ -152,8 +182,10 @@ def build(
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 
         for split in SPLITS:
-            write_tasks(tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split] + mined[split])
-        counts = {s: len(tasks[s]) + len(lh[s]) + len(mined[s]) for s in SPLITS}
+            write_tasks(
+                tmp / "tasks" / f"{split}.jsonl", tasks[split] + lh[split] + ml[split] + hard[split] + mined[split]
+            )
+        counts = {s: len(tasks[s]) + len(lh[s]) + len(ml[s]) + len(hard[s]) + len(mined[s]) for s in SPLITS}
         write_suite_info(tmp, {"suite": lookup.SUITE, "seed": cfg.seed, "num": sum(counts.values()),
                                "source": None, "counts": counts, "data": _recorded(cfg)})  # fmt: skip
         _jsonl(tmp / "sft.jsonl", sft_rows)
@@ -162,7 +194,9 @@ def build(
         # The harness the SFT conversations were made in: its tools and system prompt, which SFT
         # hands on to its checkpoint. (The expert compacted at its own estimate of tokens; the
         # context policy a checkpoint runs under is set by the long-horizon stage.)
-        tools = tools_of([lookup.TOOLS, long_horizon.TOOLS, *(t.tools for split in SPLITS for t in mined[split])])
+        tools = tools_of(
+            [lookup.TOOLS, long_horizon.TOOLS, *(t.tools for split in SPLITS for t in hard[split] + mined[split])]
+        )
         save_harness(HarnessSpec.training(tools, Budgets()), tmp)
     bar.say(f"wrote {out}")
     return out
@@ -228,7 +262,7 @@ def _expert_messages(
     exception is a guessed task (guessed_tasks), which must fail: a right guess would be luck."""
     unique = list({t.id: t for t in tasks}.values())
     guessed = guessed_tasks(unique, guess_share)
-    found = expert_trajectories(unique, suite_dir, workers=4, guessed=guessed, on_done=on_done)
+    found = expert_trajectories(unique, suite_dir, workers=4, habits=dict.fromkeys(guessed, "guess"), on_done=on_done)
     trajectories = {tr.task_id: tr for tr in found}
     failed = [i for i, tr in trajectories.items() if tr.outcome.success == (i in guessed)]
     if failed:
@@ -249,13 +283,31 @@ def expert_segments(
     context = ContextConfig(policy="summarize", budget=cfg.trigger + 100_000, trigger=cfg.trigger,
                             summary_max_tokens=100_000, max_summaries=cfg.max_summaries)  # fmt: skip
     budgets = Budgets(max_turns=cfg.max_turns, context=context)
-    trajectories = expert_trajectories(unique, suite_dir, workers=4, budgets=budgets, verbose=verbose, on_done=on_done)
+    trajectories = expert_trajectories(unique, suite_dir, workers=4, budgets=budgets,
+                                       habits=dict.fromkeys(verbose, "verbose"), on_done=on_done)  # fmt: skip
     by_id = {tr.task_id: tr for tr in trajectories}
     failed = [i for i, tr in by_id.items() if not tr.outcome.success]
     if failed:
         raise RuntimeError(f"the expert failed {len(failed)} long-horizon tasks, e.g. {failed[0]}: "
                            f"{by_id[failed[0]].outcome.details}")  # fmt: skip
     return [seg for t in tasks for seg in by_id[t.id].segments()]
+
+
+def _habit_messages(
+    tasks: list[Task], suite_dir: Path, habit: str, share: float, on_done: Callable[[], None] | None = None
+) -> list[list[dict]]:
+    """The expert's conversation for each task, a `share` of the distinct tasks (each by its own coin)
+    with the expert's `habit`. Every episode must succeed, except those that ask: with no user behind
+    the tool, asking ends the episode unsolved, which is the habit."""
+    unique = list({t.id: t for t in tasks}.values())
+    chosen = [t.id for t in unique if random.Random(f"{habit}-{t.id}").random() < share]
+    found = {tr.task_id: tr for tr in expert_trajectories(unique, suite_dir, workers=4,
+                                                          habits=dict.fromkeys(chosen, habit), on_done=on_done)}  # fmt: skip
+    wrong = [i for i, tr in found.items() if tr.outcome.success != (habit != "ask" or i not in chosen)]
+    if wrong:
+        raise RuntimeError(f"the expert's episode went wrong on {len(wrong)} {tasks[0].suite} tasks, e.g. "
+                           f"{wrong[0]}: {found[wrong[0]].outcome.details}")  # fmt: skip
+    return [found[t.id].messages for t in tasks]
 
 
 def guessed_tasks(tasks: list[Task], share: float) -> frozenset[str]:
@@ -275,7 +327,7 @@ def guesses(tasks: list[Task], suite_dir: Path, shares: dict[str, float]) -> dic
     conversation. A guess that happens to be right is luck, not a habit: that task keeps the expert's."""
     chosen = [t for t in tasks if t.id in guessed_tasks([t], shares.get(t.suite, 0.0))]
     ids = frozenset(t.id for t in chosen)
-    runs = expert_trajectories(chosen, suite_dir, workers=4, guessed=ids) if chosen else []
+    runs = expert_trajectories(chosen, suite_dir, workers=4, habits=dict.fromkeys(ids, "guess")) if chosen else []
     return {tr.task_id: tr for tr in runs if not tr.outcome.success}
 
 

@@ -116,7 +116,9 @@ class Counts(BaseModel):
     summary_tokens: int = 0
 
 
-StopReason = Literal["final", "end_tool", "max_turns", "max_tokens", "wall_clock", "context_budget", "max_summaries"]
+StopReason = Literal[
+    "final", "end_tool", "asked", "max_turns", "max_tokens", "wall_clock", "context_budget", "max_summaries"
+]
 # Episodes that ran out of a budget rather than ending by the policy's own choice (SUPO's "overlong").
 OVERLONG: frozenset[str] = frozenset({"max_turns", "max_tokens", "wall_clock", "context_budget", "max_summaries"})
 
@@ -397,6 +399,9 @@ def run_episode(
         counts.parallel_turns += len(record.calls) > 1
         counts.tool_errors += sum(c.error for c in record.calls)
         counts.ask_user += sum(c.name == "ask_user" for c in record.calls)
+        if ctx.ask_user is None and any(c.name == "ask_user" and not c.error for c in record.calls):
+            stop = "asked"  # no simulated user: the question goes to the real one, and the turn ends
+            break
         enders = [c for c in parsed.calls if tools[c.name].ends_episode]
         if enders:
             args = enders[-1].arguments  # answer(text) or finish(summary)

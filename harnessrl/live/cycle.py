@@ -32,7 +32,7 @@ from harnessrl.config import Config
 from harnessrl.io import atomic_dir, write_json
 from harnessrl.live.feedback import Dissatisfaction
 from harnessrl.live.monitors import alarms
-from harnessrl.live.sessions import Collected, Session, collect, session_reward
+from harnessrl.live.sessions import Collected, Session, collect, malformed, session_reward
 from harnessrl.serve.engine import checkpoint_version
 from harnessrl.serve.server import served_checkpoint, serving_version, set_served
 from harnessrl.serve.session_log import AppendLog
@@ -186,7 +186,11 @@ def train(cfg: Config, live_dir: Path, data_dir: Path, served: Path, got: Collec
     model, tok = load(served, dtype)
     reference = load(served, dtype)[0].eval() if rl.kl_coef > 0 else None
     totals = torch.tensor([sum(r.values()) for r in rewards])
-    advantages = group_advantages(totals, len(totals), rl.normalization).tolist()
+    # Under reward.malformed_policy=drop a session with a malformed turn leaves the update and the
+    # baseline, as in the RL stage (harnessrl/rl/loop.py: score).
+    keep = torch.tensor([cfg.reward.malformed_policy == "negative" or not any(map(malformed, s.turns))
+                         for s in got.sessions])  # fmt: skip
+    advantages = group_advantages(totals, len(totals), rl.normalization, keep).tolist()
     samples = [
         Sample(t["prompt_ids"], t["completion_ids"], t["logprobs"], a)
         for s, a in zip(got.sessions, advantages, strict=True)

@@ -79,7 +79,7 @@ def train_rl(
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
             groups, dropped, refilled = collector.collect_informative(step)
-            scored = score(groups, cfg)
+            scored = score(groups, cfg, drop_malformed=reward.malformed_policy == "drop")
             collector.observe(groups)
             t_roll = time.perf_counter() - t0
 
@@ -217,7 +217,11 @@ def reward_components(traj: Trajectory, w: RewardConfig, questions_needed: int =
 
     outcome     the task's checker (run code or compare state)
     malformed   per malformed turn: an explicit negative, never a dropped sample (Composer's lesson:
-                dropping them taught the policy to emit broken calls on hard tasks)
+                dropping them taught the policy to emit broken calls on hard tasks). The ablation,
+                reward.malformed_policy=drop, takes such episodes out of the gradient instead (`score`)
+    wrong       per episode that ended on a wrong answer or an unfinished task (0 by default: failing
+                is its own cost). With `clarify` at 0 it is the second hack's quirk: a question, which
+                ends the episode, costs nothing, a risky answer may (conf/reward/clarify_quirk.yaml)
     turns       per turn: fewer needless turns
     tokens      per 1k generated tokens: sensible length
     parallel    per turn whose calls ran in parallel; calls in one turn are independent by the protocol
@@ -232,9 +236,11 @@ def reward_components(traj: Trajectory, w: RewardConfig, questions_needed: int =
     would beat a search that missed, and in a group that all failed, GRPO's normalization turns that
     small gap into a full advantage for guessing."""
     c, solved = traj.counts, float(bool(traj.outcome.success))
+    ended = traj.outcome.stop_reason in ("final", "end_tool")
     return {
         "outcome": w.outcome * solved,
         "malformed": w.malformed * c.malformed_turns,
+        "wrong": w.wrong * (ended and not solved),
         "turns": w.turns * c.turns * solved,
         "tokens": w.tokens * c.tokens / 1000 * solved,
         "parallel": w.parallel * c.parallel_turns * solved,
@@ -260,13 +266,21 @@ def uniform(group: list[Rollout]) -> bool:
     return len({episode_reward(r.trajectory) for r in group}) == 1
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, normalization: str = "grpo") -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, normalization: str = "grpo", keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """r minus its group's mean, for rewards laid out group by group. GRPO also divides by the group's
-    std; Dr.GRPO does not, since that division up-weights groups whose rewards barely differ."""
+    std; Dr.GRPO does not, since that division up-weights groups whose rewards barely differ. Episodes
+    where `keep` is False get 0 and are left out of their group's mean and std, as if never sampled.
+    A group the size of the batch is the batch baseline (RLConfig.baseline)."""
     g = rewards.view(-1, group_size)
-    centred = g - g.mean(dim=1, keepdim=True)
-    if normalization == "grpo":
-        centred = centred / (g.std(dim=1, keepdim=True) + 1e-4)
+    k = torch.ones_like(g) if keep is None else keep.view_as(g).to(g.dtype)
+    n = k.sum(dim=1, keepdim=True)
+    mean = (g * k).sum(dim=1, keepdim=True) / n.clamp(min=1)
+    centred = (g - mean) * k
+    if normalization == "grpo":  # the unbiased std, as torch.std; one kept episode has none and gets 0
+        std = ((centred**2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()
+        centred = centred / (std + 1e-4)
     return centred.view(-1)
 
 
@@ -278,6 +292,7 @@ class Scored:
     rewards: torch.Tensor
     advantages: torch.Tensor
     masked: int  # overlong episodes whose gradient was zeroed
+    dropped_malformed: int  # episodes with a malformed turn left out, under reward.malformed_policy=drop
     uniform_share: float  # of the groups, those whose rewards were all equal: no gradient from them
 
     @property
@@ -285,18 +300,26 @@ class Scored:
         return [r.trajectory for r in self.rollouts]
 
 
-def score(groups: list[list[Rollout]], cfg: RLConfig) -> Scored:
-    """Advantages within each group, from the rewards stored on the trajectories. Overlong masking
-    zeroes an advantage after the group's baseline is taken, so the episode still counts towards what
-    its group expected."""
+def score(groups: list[list[Rollout]], cfg: RLConfig, drop_malformed: bool = False) -> Scored:
+    """Advantages from the rewards stored on the trajectories, against each group's mean or the whole
+    step's (cfg.baseline).
+
+    `drop_malformed` (reward.malformed_policy=drop) leaves every episode with a malformed turn out, of
+    the gradient and of the baseline: the essay's first version, whose hack the ablation reproduces.
+    Overlong masking instead zeroes an advantage after the baseline is taken, so the episode still
+    counts towards what its group expected."""
     rollouts = [r for g in groups for r in g]
     rewards = torch.tensor([episode_reward(r.trajectory) for r in rollouts])
-    adv = group_advantages(rewards, cfg.group_size, cfg.normalization)
+    broken = torch.tensor([r.trajectory.counts.malformed_turns > 0 for r in rollouts])
+    keep = ~broken if drop_malformed else None
+    size = cfg.group_size if cfg.baseline == "group" else len(rollouts)
+    adv = group_advantages(rewards, size, cfg.normalization, keep)
     overlong = torch.tensor([r.trajectory.outcome.stop_reason in OVERLONG for r in rollouts])
     masked = int(overlong.sum()) if cfg.overlong_mask else 0
     if masked:
         adv = adv.masked_fill(overlong, 0.0)
-    return Scored(rollouts, rewards, adv, masked, sum(uniform(g) for g in groups) / len(groups))
+    dropped = int(broken.sum()) if drop_malformed else 0
+    return Scored(rollouts, rewards, adv, masked, dropped, sum(uniform(g) for g in groups) / len(groups))
 
 
 # ----------------------------------------------------------------------------- update and log
@@ -313,9 +336,22 @@ def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
     ]
 
 
+def strategy_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """What the tool strategy looks like, of one set of episodes: the share of turns with parallel calls,
+    turns per solved episode (nan when none was solved), the share of episodes with a malformed turn
+    and the share that asked the user. The lessons (bench/lessons.py) read these per step."""
+    solved = [t for t in trajs if t.outcome.success]
+    return {
+        "parallel_share": sum(t.counts.parallel_turns for t in trajs) / max(1, sum(t.counts.turns for t in trajs)),
+        "turns_per_solved": sum(t.counts.turns for t in solved) / len(solved) if solved else float("nan"),
+        "malformed_episodes": sum(t.counts.malformed_turns > 0 for t in trajs) / max(1, len(trajs)),
+        "asked": sum(t.counts.ask_user > 0 for t in trajs) / max(1, len(trajs)),
+    }
+
+
 def per_suite_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """Success, turns, tool calls and malformed turns of each suite's episodes, under `<metric>/<suite>`,
-    where a step mixes suites; a one-suite step's totals say it already."""
+    """Success, turns, tool calls, malformed turns and the strategy metrics of each suite's episodes,
+    under `<metric>/<suite>`, where a step mixes suites; a one-suite step's totals say it already."""
     by: dict[str, list[Trajectory]] = {}
     for t in trajs:
         by.setdefault(t.meta.get("suite", "?"), []).append(t)
@@ -324,10 +360,12 @@ def per_suite_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     out = {}
     for suite, ts in sorted(by.items()):
         turns = sum(t.counts.turns for t in ts)
+        out[f"episodes/{suite}"] = len(ts)
         out[f"success/{suite}"] = sum(bool(t.outcome.success) for t in ts) / len(ts)
         out[f"turns/{suite}"] = turns / len(ts)
         out[f"tool_calls/{suite}"] = sum(t.counts.tool_calls for t in ts) / len(ts)
         out[f"malformed/{suite}"] = sum(t.counts.malformed_turns for t in ts) / max(1, turns)
+        out |= {f"{k}/{suite}": v for k, v in strategy_metrics(ts).items()}
     return out
 
 
@@ -366,6 +404,8 @@ def step_metrics(
         "summary_tokens": sum(c.summary_tokens for c in counts) / max(1, summaries),
         "overlong": sum(s in OVERLONG for s in stops) / n,
         "overlong_masked": scored.masked,
+        "dropped_malformed": scored.dropped_malformed,
+        **strategy_metrics(trajs),
         **{f"ended/{reason}": stops.count(reason) / n for reason in get_args(StopReason)},
         **{f"reward/{k}": sum(t.reward_components[k] for t in trajs) / n for k in trajs[0].reward_components},
         **per_suite_metrics(trajs),

@@ -13,7 +13,7 @@ that turn's calls, so a script reads top to bottom like the conversation it prod
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,35 @@ def file_lines(output: str) -> list[str]:
 
 
 # -- scripts, one per suite (edit has three kinds) ------------------------------------------------
+
+
+def annotated(task: Task, ask: bool) -> Script:
+    """hard_lookup: the habit's search misses `NAME: int = 7`. Then either ask the user where NAME is
+    (an imperfect expert's habit: with no user behind the tool the episode ends unsolved), or search
+    again without ` =` and answer."""
+    name = task.solution.name
+    (out,) = yield turn(call("grep", pattern=f"^{name} ="))
+    if grep_hits(out):
+        raise ValueError(f"{name} is not annotated: the first search found it")
+    if ask:
+        yield turn(call("ask_user", question=f"I found no {name} = line; where is {name} defined?"))
+        return
+    (out,) = yield turn(call("grep", pattern=f"^{name}\\b"))
+    _, _, text = grep_hits(out)[0]
+    yield text.split("=", 1)[1].strip()
+
+
+def keyed_values(task: Task, parallel: bool) -> Script:
+    """multi_lookup: a search per name, one per turn or all in one turn, then each value by its name."""
+    searches = [call("grep", pattern=f"^{name} =") for name in task.solution.names or []]
+    if parallel:
+        outs = yield turn(*searches)
+    else:
+        outs = []
+        for search in searches:
+            outs += yield turn(search)
+    texts = [grep_hits(out)[0][2] for out in outs]
+    yield ", ".join(f"{text.split(' =')[0]} = {text.split('=', 1)[1].strip()}" for text in texts)
 
 
 def lookup(task: Task) -> Script:
@@ -228,17 +257,32 @@ SCRIPTS = {
 }
 
 
-class Expert:
-    """The harness Policy for one episode of one task. Asked to summarize (harnessrl/harness/context.py),
-    it takes in the results it has not yet seen, then writes its summary from its notes."""
+# An imperfect expert's habits, each given to some tasks' conversations by the data config:
+# guess      answers "0" without looking (DataConfig.guess_share)
+# verbose    long-horizon summaries that restate whole search results (long_horizon.verbose_share)
+# parallel   multi_lookup: every search in one turn (multi_lookup.parallel_share)
+# ask        hard_lookup: asks the user after the first search misses (hard_lookup.ask_share)
+HABITS = ("guess", "verbose", "parallel", "ask")
 
-    def __init__(self, task: Task, guess_answer: bool = False, verbose_summary: bool = False) -> None:
-        self.task, self.verbose = task, verbose_summary
+
+class Expert:
+    """The harness Policy for one episode of one task, with one of the HABITS or none. Asked to summarize
+    (harnessrl/harness/context.py), it takes in the results it has not yet seen, then writes its summary
+    from its notes."""
+
+    def __init__(self, task: Task, habit: str | None = None) -> None:
+        if habit is not None and habit not in HABITS:
+            raise ValueError(f"unknown expert habit {habit!r}; habits: {', '.join(HABITS)}")
+        self.task, self.verbose = task, habit == "verbose"
         self.notes: list[str] = []
-        if guess_answer:
+        if habit == "guess":
             self.script = guess(task)
         elif task.suite == "long_horizon":
             self.script = values(task, self.notes)
+        elif task.suite == "multi_lookup":
+            self.script = keyed_values(task, parallel=habit == "parallel")
+        elif task.suite == "hard_lookup":
+            self.script = annotated(task, ask=habit == "ask")
         else:
             self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
         self.started = False
@@ -276,14 +320,13 @@ def expert_trajectories(
     tasks: list[Task],
     suite_dir: Path | str,
     workers: int = 4,
-    guessed: frozenset[str] = frozenset(),
     budgets: Budgets | None = None,
-    verbose: frozenset[str] = frozenset(),
+    habits: Mapping[str, str] | None = None,
     on_done: Callable[[], None] | None = None,
 ) -> list[Trajectory]:
-    """The expert's episodes; tasks whose id is in `guessed` get the lazy guess instead of its script,
-    those in `verbose` verbose summaries where `budgets` has it summarize."""
-    policy_for = lambda t: Expert(t, guess_answer=t.id in guessed, verbose_summary=t.id in verbose)
+    """The expert's episodes; `habits` maps a task id to one of the HABITS that its episode shows."""
+    habits = habits or {}
+    policy_for = lambda t: Expert(t, habits.get(t.id))
     return run_tasks(tasks, suite_dir, policy_for, budgets or Budgets(), workers=workers, on_done=on_done)
 
 

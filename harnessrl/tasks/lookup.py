@@ -45,13 +45,15 @@ def repo_tasks(repo: Repo, repo_rel: str, split: str) -> list[Task]:
     return tasks
 
 
-def generate(rng: random.Random, num_repos: int, files_per_repo: int) -> list[tuple[str, Repo, list[Task]]]:
+def generate(
+    rng: random.Random, num_repos: int, files_per_repo: int, annotated: bool = False, prefix: str = "r"
+) -> list[tuple[str, Repo, list[Task]]]:
     """(snapshot dir relative to the suite dir, repo, its tasks) for every repo, in order."""
     out = []
     for i in range(num_repos):
         split = split_of(i, num_repos)
-        rel = f"repos/{split}/r{i:04d}"
-        repo = generate_repo(rng, files_per_repo)
+        rel = f"repos/{split}/{prefix}{i:04d}"
+        repo = generate_repo(rng, files_per_repo, annotated=annotated)
         out.append((rel, repo, repo_tasks(repo, rel, split)))
     return out
 

@@ -151,7 +151,8 @@ def _function(rng: random.Random, fn: str, template: str, callee: str | None) ->
     ]
 
 
-def generate_repo(rng: random.Random, num_files: int, max_consts: int = 4) -> Repo:
+def generate_repo(rng: random.Random, num_files: int, max_consts: int = 4, annotated: bool = False) -> Repo:
+    """A repo of `num_files` modules; `annotated` writes each constant with a type (`NAME: int = 7`)."""
     names = _Names(rng)
     repo = Repo(package=names())
     repo.files[f"{repo.package}/__init__.py"] = ""
@@ -165,7 +166,7 @@ def generate_repo(rng: random.Random, num_files: int, max_consts: int = 4) -> Re
             lines += [f"from {callee.path[:-3].replace('/', '.')} import {callee.name}", ""]
         for _ in range(rng.randint(2, max_consts)):
             name, value = names(upper=True), rng.randint(2, 999)
-            lines.append(f"{name} = {value}")
+            lines.append(f"{name}: int = {value}" if annotated else f"{name} = {value}")
             repo.symbols.append(Symbol("const", name, path, len(lines), value=value))
         templates = [rng.choice(["combine", "clamp", "accumulate"]) for _ in range(rng.randint(1, 2))]
         if callee:

@@ -14,11 +14,12 @@ class AskUserArgs(BaseModel):
 
 
 def ask_user(ctx: ToolContext, args: AskUserArgs) -> str:
-    # The episode counts these calls: a reward can charge for questions.
-    if ctx.ask_user is None:
-        raise ToolError("no user is available; decide yourself")
+    # The episode counts these calls: a reward can charge for questions. Without a simulated user the
+    # question goes to the real one, as in production: the episode ends there, unsolved (stop "asked").
     if not args.question.strip():
         raise ToolError("empty question")
+    if ctx.ask_user is None:
+        return "question sent to the user; the episode ends until they reply"
     return truncate(str(ctx.ask_user(args.question)), ctx.output_chars)
 
 

@@ -1,0 +1,54 @@
+"""The multi_lookup suite: "What are the values of A and B?", a search per name, no context budget.
+
+The lookup suite's repos and tools, with two or three names per question. The searches are
+independent, so the policy may make them one per turn or all in one turn; the harness runs a turn's
+calls in parallel, and the reward's efficiency terms (turns, parallel) say which it should prefer.
+The expert does both (DataConfig.multi_lookup.parallel_share), so SFT puts parallel calls within
+reach, and what RL does with them is the lesson (bench/lessons.py).
+
+The answer names each value ("A = 201, B = 738"): a tiny model copies a value after its name
+reliably, and the k-th value of a list not at all (shared/LESSONS-NOTES.md, finding 2). The checker
+compares names and values, so a miscopied name fails.
+"""
+
+from __future__ import annotations
+
+import random
+
+from harnessrl.tasks import lookup
+from harnessrl.tasks.repogen import Repo, Symbol
+from harnessrl.tasks.task import Check, Solution, Task
+
+SUITE = "multi_lookup"
+TOOLS = lookup.TOOLS
+
+
+def question(names: list[str]) -> str:
+    return f"What are the values of {', '.join(names[:-1])} and {names[-1]}?"  # answered in this order
+
+
+def keyed(pairs: list[tuple[str, object]]) -> str:
+    """The answer's form: `A = 201, B = 738`."""
+    return ", ".join(f"{name} = {value}" for name, value in pairs)
+
+
+def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
+    names = [c.name for c in chosen]
+    return Task(
+        id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
+        suite=SUITE,
+        split=split,  # type: ignore[arg-type]
+        repo=repo_rel,
+        instruction=question(names),
+        tools=TOOLS,
+        check=Check(kind="answer", answer=keyed([(c.name, c.value) for c in chosen])),
+        solution=Solution(kind="values", names=names),
+    )
+
+
+def repo_tasks(
+    rng: random.Random, repo: Repo, repo_rel: str, split: str, num: int, names: tuple[int, int]
+) -> list[Task]:
+    """`num` tasks on one repo, each asking for a random handful of its constants."""
+    consts = repo.of_kind("const")
+    return [task(rng.sample(consts, min(len(consts), rng.randint(*names))), repo_rel, split, i) for i in range(num)]
