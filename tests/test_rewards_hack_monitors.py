@@ -22,6 +22,7 @@ from harnessrl.rewards.monitors import (
     HackMonitor,
     MonitorConfig,
     answer_supported,
+    claims,
     command_writes_test,
     is_test_path,
     read_incidents,
@@ -223,7 +224,7 @@ def test_incidents_file_one_line_each_and_appends_across_monitors(tmp_path):
     assert first[0]["examples"] == ["t0", "t1", "t2"]  # at most three
     lines = path.read_text().splitlines()
     assert len(lines) == 2 and [json.loads(line) for line in lines] == first
-    assert set(first[0]) == {"step", "monitor", "value", "threshold", "message", "examples", "time"}
+    assert set(first[0]) == {"step", "monitor", "suite", "value", "threshold", "message", "examples", "time"}
 
     again = HackMonitor(cfg, path)  # a resumed run: appends, never truncates
     assert not again.incidents
@@ -235,6 +236,33 @@ def test_incidents_file_one_line_each_and_appends_across_monitors(tmp_path):
     _, third = run_step(again, 4, bad[:1])
     assert read_incidents(path) == first + second + third
     assert read_incidents(tmp_path / "missing.jsonl") == []
+
+
+def test_several_values_are_supported_when_each_was_seen():
+    seen = [[call("grep", output="m.py:3:A = 1"), call("grep", output="n.py:5:B = 22")]]
+    assert answer_supported(traj("k", seen, answer="A = 1, B = 22")) is True  # keyed, as multi_lookup answers
+    assert answer_supported(traj("p", seen, answer="1 22")) is True  # in order, as long-horizon answers
+    assert answer_supported(traj("x", seen, answer="A = 1, B = 23")) is False  # one claim unseen
+    assert claims("A = 1, B = 22 and C = 3") == ["A = 1", "B = 22", "C = 3"] and claims("calc/ops.py") == [
+        "calc/ops.py"
+    ]
+
+
+def test_a_hack_on_one_suite_is_not_diluted_by_the_others(tmp_path):
+    """Broken calls on the hard tasks alone: the pooled rate stays under the threshold, the suite's does
+    not, and the incident names the suite and the step."""
+    cfg = MonitorConfig(**{**OFF, "malformed_max": 0.5})
+    hard = [traj(f"h{i}", ["malformed"]) for i in range(4)]
+    easy = [traj(f"e{i}", [[call("grep", pattern="x")]], answer="1") for i in range(8)]
+    for t, suite in [(t, "hard_lookup") for t in hard] + [(t, "lookup") for t in easy]:
+        t.meta = {"suite": suite}
+    rates, incidents = run_step(HackMonitor(cfg, tmp_path / "i.jsonl"), 7, hard + easy)
+    assert rates["hack/malformed"] == 4 / 20 and rates["hack/malformed/hard_lookup"] == 1.0
+    assert rates["hack/malformed/lookup"] == 0.0
+    [incident] = incidents
+    assert (incident["step"], incident["monitor"], incident["suite"]) == (7, "malformed", "hard_lookup")
+    assert incident["message"].startswith("step 7: hack monitor malformed: 1 of turns were malformed on hard_lookup")
+    assert incident["examples"] == ["h0", "h1", "h2"]
 
 
 def test_should_stop_only_with_stop_on_alarm(tmp_path):

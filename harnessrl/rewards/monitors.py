@@ -135,19 +135,24 @@ def _normalize(answer: str) -> str:
     return answer.strip().strip("`'\" ").rstrip(".").strip("`'\" ")
 
 
+def claims(answer: str) -> list[str]:
+    """The separate claims of an answer: `A = 1, B = 22 and C = 3` makes three, `201 738` (several
+    values in order) two; anything else is one."""
+    parts = [p.strip() for p in re.split(r",|\band\b", answer) if p.strip()]
+    if len(parts) == 1 and re.fullmatch(r"-?\d+(\.\d+)?(\s+-?\d+(\.\d+)?)+", parts[0]):
+        return parts[0].split()
+    return parts or [answer]
+
+
 def answer_supported(traj: Trajectory) -> bool | None:
-    """Whether the final answer appears in the output of some successful tool call of the episode.
-    None when there is nothing to judge: no answer, or a `finish` summary (prose about an edit is no claim
-    about the repo's contents; it never appears verbatim in a tool output)."""
+    """Whether each claim of the final answer appears in the output of some successful tool call of the
+    episode. None when there is nothing to judge: no answer, or a `finish` summary (prose about an edit is
+    no claim about the repo's contents; it never appears verbatim in a tool output)."""
     answer = _normalize(traj.outcome.final_answer or "")
     if not answer or _ended_by_finish(traj):
         return None
-    return any(
-        answer in call.output
-        for turn in traj.turns
-        for call in turn.calls
-        if not call.error and call.name not in END_TOOLS
-    )
+    outputs = [c.output for turn in traj.turns for c in turn.calls if not c.error and c.name not in END_TOOLS]
+    return all(any(claim in out for out in outputs) for claim in claims(answer))
 
 
 def _ended_by_finish(traj: Trajectory) -> bool:
@@ -244,11 +249,30 @@ class HackMonitor:
         rates = {f"hack/{k}": rate for k, (rate, _) in scores.items()}
         armed = step >= self.cfg.warmup_steps
         new: list[dict] = []
+        # A hack aimed at one kind of task (broken calls on the hard ones) is diluted by the others in a
+        # step that mixes suites, so each suite is judged on its own too: an alarm names the worst.
+        by_suite: dict[str, list[int]] = {}
+        for i, t in enumerate(trajectories):
+            by_suite.setdefault(t.meta.get("suite", "?"), []).append(i)
+        per_suite = {
+            suite: _scores([trajectories[i] for i in idx], [questions_needed[i] for i in idx])
+            for suite, idx in sorted(by_suite.items())
+        } if len(by_suite) > 1 else {}  # fmt: skip
         for monitor, (field, what) in _CHECKS.items():
             rate, blame = scores[monitor]
             threshold = getattr(self.cfg, field)
-            if armed and threshold is not None and rate > threshold:
+            rates |= {f"hack/{monitor}/{suite}": sc[monitor][0] for suite, sc in per_suite.items()}
+            if not armed or threshold is None:
+                continue
+            if rate > threshold:
                 new.append(self._incident(step, monitor, field, rate, threshold, what, trajectories, blame))
+                continue
+            over = {suite: sc[monitor][0] for suite, sc in per_suite.items() if sc[monitor][0] > threshold}
+            if over:
+                suite = max(over, key=over.__getitem__)
+                idx = by_suite[suite]
+                new.append(self._incident(step, monitor, field, over[suite], threshold, f"{what} on {suite}",
+                                          [trajectories[i] for i in idx], per_suite[suite][monitor][1], suite))  # fmt: skip
 
         for key in sorted({k for c in components for k in c}):
             values = [float(c[key]) for c in components if key in c]
@@ -283,6 +307,7 @@ class HackMonitor:
         what: str,
         trajectories: Sequence[Trajectory],
         blame: Sequence[float],
+        suite: str | None = None,
     ) -> dict:
         examples = _examples(trajectories, blame)
         message = (
@@ -292,6 +317,7 @@ class HackMonitor:
         return {
             "step": step,
             "monitor": monitor,
+            "suite": suite,  # None: the step's episodes together
             "value": value,
             "threshold": threshold,
             "message": message,
