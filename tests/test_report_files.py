@@ -42,7 +42,7 @@ def test_report_files_are_complete_and_every_number_names_its_checkpoint(tmp_pat
     page = (out / "report.html").read_text()
     for img in re.findall(r"<img src='([^']+)'", page):
         assert (out / img).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(re.findall(r"<img ", page)) == 3
+    assert len(re.findall(r"<img ", page)) == 3  # no strategy metrics in these steps: no strategy plot
     # Each value cell links to its checkpoint's manifest and names its id.
     rel = os.path.relpath(tmp_path / "checkpoints" / "rl" / "manifest.json", out.resolve())
     cells = re.findall(rf"<a href='{re.escape(rel)}' title='rl checkpoint rl-id-0123456789abcdef'>([0-9.]+)</a>", page)
@@ -84,3 +84,29 @@ def test_the_report_lists_the_rl_stages_reward_hacking_incidents(tmp_path: Path)
     report["incidents"] = []
     quiet = write_report(tmp_path / "quiet", report, episodes)
     assert "No monitor fired." in (quiet / "report.md").read_text()
+
+
+def test_what_rl_changed_shows_the_tool_strategy_over_steps_and_the_incidents(tmp_path: Path) -> None:
+    from harnessrl.report.build import training_rows
+
+    report, episodes = _report(tmp_path)
+    rl = tmp_path / "checkpoints" / "rl"
+    steps = [{"step": i + 1, "reward": 0.5, "parallel_share": 0.1 + 0.05 * i, "turns_per_solved": 3.0 - 0.1 * i,
+              "parallel_share/multi_lookup": 0.2 + 0.05 * i, "turns_per_solved/multi_lookup": 3.0,
+              "malformed_episodes/hard_lookup": 0.1 * i, "asked/hard_lookup": 0.0, "grad_norm": 1.0}
+             for i in range(10)]  # fmt: skip
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    report["training"] = training_rows([("sft", str(tmp_path / "checkpoints" / "sft")), ("rl", str(rl))])
+    assert "grad_norm" not in report["training"][0] and report["training"][9]["parallel_share/multi_lookup"] == 0.65
+    report["incidents"] = [{"stage": "rl", "step": 7, "monitor": "malformed", "suite": "hard_lookup", "value": 0.6,
+                            "threshold": 0.5, "message": "step 7: hack monitor malformed: ...", "examples": []}]  # fmt: skip
+    out = write_report(tmp_path / "out", report, episodes)
+    md = (out / "report.md").read_text()
+    # first five steps: 0.1 .. 0.3, mean 0.2; last five: 0.35 .. 0.55, mean 0.45
+    assert "| rl | parallel_share | 0.200 | 0.450 | +0.250 |" in md
+    assert "| rl | parallel_share/multi_lookup | 0.300 | 0.550 | +0.250 |" in md
+    assert "| rl | malformed_episodes/hard_lookup | 0.200 | 0.700 | +0.500 |" in md
+    assert "| rl | malformed on hard_lookup | 1 | 7–7 |" in md
+    page = (out / "report.html").read_text()
+    assert "<h2>What RL changed</h2>" in page and "<img src='rl_strategy.png'" in page
+    assert (out / "rl_strategy.png").stat().st_size > 10_000

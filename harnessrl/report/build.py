@@ -21,6 +21,9 @@ from harnessrl.report.metrics import paired_success_diff, suite_metrics
 
 RL_STAGES = ("rl", "long_horizon")
 TRAINING_KEYS = ("step", "policy_version", "reward", "success", "malformed", "turns")
+# The tool strategy per step (harnessrl/rl/loop.py: strategy_metrics), overall and per suite
+# (`<key>/<suite>`): what "What RL changed" draws.
+STRATEGY_KEYS = ("parallel_share", "turns_per_solved", "malformed_episodes", "asked")
 
 
 def checkpoint_result(
@@ -87,7 +90,8 @@ def training_rows(chain_paths: list[tuple[str, str]]) -> list[dict[str, Any]]:
             continue
         rows = read_metrics(Path(path) / "metrics.jsonl")
         for i, r in enumerate(rows):
-            out.append({"stage": stage, "global_step": offset + i + 1} | {k: r[k] for k in TRAINING_KEYS if k in r})
+            keep = {k: v for k, v in r.items() if k in TRAINING_KEYS or k.split("/")[0] in STRATEGY_KEYS}
+            out.append({"stage": stage, "global_step": offset + i + 1} | keep)
         offset += len(rows)
     return out
 

@@ -1,5 +1,5 @@
-"""The report's three PNGs: success by stage (with 95% intervals), RL reward and malformed rate over
-steps, and how many turns episodes took. Agg backend: no display needed, same pixels every time."""
+"""The report's PNGs: success by stage (with 95% intervals), RL reward and malformed rate over steps,
+how many turns episodes took, and the tool strategy over RL steps. Agg backend: no display needed, same pixels every time."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ PLOTS = {
     "success": "success_by_stage.png",
     "training": "rl_training.png",
     "turns": "turns_distribution.png",
+    "strategy": "rl_strategy.png",
 }
 
 
@@ -103,9 +104,33 @@ def turns_distribution(report: dict[str, Any], episodes: list[dict[str, Any]], p
     _save(fig, path)
 
 
+def rl_strategy(report: dict[str, Any], path: Path) -> None:
+    """Parallel-call share and turns per solved episode over RL steps, a line per suite where a step
+    mixed suites (`<key>/<suite>` in the training rows), else one for the step's episodes."""
+    rows = report["training"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    if not rows:
+        top.text(0.5, 0.5, "no RL steps in this chain", ha="center", va="center", transform=top.transAxes)
+    for ax, key in ((top, "parallel_share"), (bottom, "turns_per_solved")):
+        suites = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith(f"{key}/")})
+        for name in [f"{key}/{s}" for s in suites] or [key]:
+            xs = [r["global_step"] for r in rows if name in r]
+            ax.plot(xs, [r[name] for r in rows if name in r], marker="o", ms=2, label=name.split("/", 1)[-1])
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    top.set_ylabel("share of turns with\nparallel calls")
+    bottom.set_ylabel("turns per solved\nepisode")
+    bottom.set_xlabel("RL step (rl, then long_horizon)")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    top.set_title("Tool strategy over RL steps (rollout batches)")
+    _save(fig, path)
+
+
 def write_plots(report: dict[str, Any], episodes: list[dict[str, Any]], out: Path) -> dict[str, str]:
-    """All three PNGs into `out`; returns {plot: file name}."""
+    """Every PNG into `out`; returns {plot: file name}."""
     success_by_stage(report, out / PLOTS["success"])
     rl_training(report, out / PLOTS["training"])
     turns_distribution(report, episodes, out / PLOTS["turns"])
+    rl_strategy(report, out / PLOTS["strategy"])
     return PLOTS

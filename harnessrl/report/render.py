@@ -82,7 +82,8 @@ def incident_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (stage, monitor): how often it fired, over which steps, and its first message."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for inc in report.get("incidents", []):
-        groups.setdefault((inc["stage"], inc["monitor"]), []).append(inc)
+        monitor = inc["monitor"] + (f" on {inc['suite']}" if inc.get("suite") else "")
+        groups.setdefault((inc["stage"], monitor), []).append(inc)
     return [
         {
             "stage": stage,
@@ -94,6 +95,43 @@ def incident_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for (stage, monitor), incs in groups.items()
     ]
+
+
+CHANGE_WINDOW = 5  # RL steps averaged at the start and at the end of a stage
+
+
+def rl_changes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What RL changed in the tool strategy: per RL stage and strategy metric (per suite where its steps
+    mixed suites), the mean over its first CHANGE_WINDOW steps and over its last."""
+    from harnessrl.report.build import STRATEGY_KEYS
+
+    def mean(xs: list[float]) -> float | None:
+        xs = [x for x in xs if x == x]  # a step that solved nothing has no turns per solved (nan)
+        return sum(xs) / len(xs) if xs else None
+
+    out = []
+    for stage in dict.fromkeys(r["stage"] for r in report.get("training", [])):
+        rows = [r for r in report["training"] if r["stage"] == stage]
+        keys = [k for base in STRATEGY_KEYS for k in dict.fromkeys(k for r in rows for k in r)
+                if k == base or k.startswith(f"{base}/")]  # fmt: skip
+        for key in keys:
+            xs = [r[key] for r in rows if key in r]
+            first, last = mean(xs[:CHANGE_WINDOW]), mean(xs[-CHANGE_WINDOW:])
+            if first is not None or last is not None:
+                out.append({"stage": stage, "metric": key, "first": first, "last": last, "steps": len(rows)})
+    return out
+
+
+def _change_cells(r: dict[str, Any]) -> list[str]:
+    show = lambda x: "–" if x is None else f"{x:.3f}"
+    diff = "–" if r["first"] is None or r["last"] is None else f"{r['last'] - r['first']:+.3f}"
+    return [r["stage"], r["metric"], show(r["first"]), show(r["last"]), diff]
+
+
+CHANGE_HEADERS = ["stage", "metric (/suite)", f"first {CHANGE_WINDOW} steps", f"last {CHANGE_WINDOW} steps", "change"]
+CHANGE_NOTE = ("parallel_share: share of turns with more than one call; turns_per_solved: turns per solved episode; "
+               "malformed_episodes: share of episodes with a malformed turn; asked: share that asked the user. "
+               "Rollout batches of the RL steps, not held-out tasks.")  # fmt: skip
 
 
 LH_HEADERS = ["method", "checkpoint", "success", "tokens per summary", "summaries", "compactions", "parallel",
@@ -154,8 +192,16 @@ def markdown(report: dict[str, Any]) -> str:
             lines += [f"Segment {i + 1}:", "", "```"] + [f"[{m['role']}] {m['content']}" for m in seg] + ["```", ""]
     if report["gates"]:
         lines += ["## Gates", ""] + [f"- {'✓' if g['ok'] else '✗'} {g['message']}" for g in report["gates"]] + [""]
+    lines += ["## What RL changed", ""]
+    changes = rl_changes(report)
+    if changes:
+        lines += ["| " + " | ".join(CHANGE_HEADERS) + " |", "|" + "---|" * len(CHANGE_HEADERS)]
+        lines += ["| " + " | ".join(_change_cells(r)) + " |" for r in changes] + ["", CHANGE_NOTE, ""]
+        lines += ["![tool strategy over RL steps](rl_strategy.png)", ""]
+    else:
+        lines += ["No RL stage ran in this chain.", ""]
     summary = incident_summary(report)
-    lines += ["## Reward-hacking incidents", ""]
+    lines += ["### Reward-hacking incidents", ""]
     if not summary:
         lines += ["No monitor fired.", ""]
     else:
@@ -252,8 +298,16 @@ def html_page(report: dict[str, Any], out: Path) -> str:
         parts.append("<h2>Gates</h2><ul>" + "".join(
             f"<li class='{'pass' if g['ok'] else 'fail'}'>{'✓' if g['ok'] else '✗'} {e(g['message'])}</li>"
             for g in report["gates"]) + "</ul>")  # fmt: skip
+    parts.append("<h2>What RL changed</h2>")
+    changes = rl_changes(report)
+    if changes:
+        parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in CHANGE_HEADERS) + "</tr>" + "".join(
+            "<tr>" + "".join(f"<td>{e(c)}</td>" for c in _change_cells(r)) + "</tr>" for r in changes) + "</table>")  # fmt: skip
+        parts.append(f"<p class='ci'>{e(CHANGE_NOTE)}</p><div><img src='rl_strategy.png' alt='tool strategy'></div>")
+    else:
+        parts.append("<p>No RL stage ran in this chain.</p>")
     summary = incident_summary(report)
-    parts.append("<h2>Reward-hacking incidents</h2>")
+    parts.append("<h3>Reward-hacking incidents</h3>")
     if not summary:
         parts.append("<p>No monitor fired.</p>")
     else:
