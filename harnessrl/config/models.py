@@ -53,12 +53,18 @@ class ModelConfig(Strict):
 # ----------------------------------------------------------------------------- data
 
 
-class LongHorizonDataConfig(Strict):
-    """The long-horizon suite's share of the data folder (harnessrl/tasks/long_horizon.py)."""
+class SuiteCounts(Strict):
+    """How many of a generated suite's tasks go into the data folder, by use."""
 
-    num_sft: int = Field(0, ge=0, description="expert conversations for SFT, each one row per context segment")
+    num_sft: int = Field(0, ge=0, description="expert conversations for SFT")
     num_prompts: int = Field(0, ge=0, description="RL prompts")
     num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
+
+
+class LongHorizonDataConfig(SuiteCounts):
+    """The long-horizon suite's share of the data folder (harnessrl/tasks/long_horizon.py); each SFT
+    conversation is one row per context segment."""
+
     tasks_per_repo: int = Field(4, gt=0)
     facts_min: int = Field(3, ge=2, description="constants a task asks for, at least")
     facts_max: int = Field(3, ge=2, description="constants a task asks for, at most")
@@ -80,13 +86,10 @@ class LongHorizonDataConfig(Strict):
         return self
 
 
-class MultiLookupDataConfig(Strict):
+class MultiLookupDataConfig(SuiteCounts):
     """The multi_lookup suite (harnessrl/tasks/multi_lookup.py): "What are the values of A and B?" on the
     generated repos, a search per name and no context budget, so the policy can search in parallel."""
 
-    num_sft: int = Field(0, ge=0, description="expert conversations for SFT")
-    num_prompts: int = Field(0, ge=0, description="RL prompts")
-    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
     names_min: int = Field(2, ge=2, description="constants a task asks for, at least")
     names_max: int = Field(3, ge=2, description="constants a task asks for, at most")
     parallel_share: float = Field(
@@ -104,15 +107,12 @@ class MultiLookupDataConfig(Strict):
         return self
 
 
-class HardLookupDataConfig(Strict):
+class HardLookupDataConfig(SuiteCounts):
     """The hard_lookup suite (harnessrl/tasks/hard_lookup.py): lookups of constants written with a type
     annotation (`NAME: int = 7`) in repos of their own, which the lookup habit's search (`^NAME =`)
     misses. Solvable (search again without ` =`), but mostly failed by a tiny model: the hard tasks on
     which the reward-hack lessons are shown (bench/lessons.py)."""
 
-    num_sft: int = Field(0, ge=0, description="expert conversations for SFT")
-    num_prompts: int = Field(0, ge=0, description="RL prompts")
-    num_heldout: int = Field(0, ge=0, description="held-out eval prompts")
     num_repos: int = Field(16, gt=0, description="generated repos of annotated constants, a quarter held out")
     ask_share: float = Field(
         0.25,

@@ -22,7 +22,7 @@ import random
 from pathlib import Path
 
 from harnessrl.config import LongHorizonDataConfig
-from harnessrl.tasks import lookup
+from harnessrl.tasks import lookup, multi_lookup
 from harnessrl.tasks.repogen import Repo, Symbol
 from harnessrl.tasks.task import Check, Solution, Task
 
@@ -30,10 +30,6 @@ SUITE = "long_horizon"
 TOOLS = lookup.TOOLS
 # Constants per task, inclusive, for `harnessrl tasks build`: the data config's own defaults.
 FACTS = (LongHorizonDataConfig().facts_min, LongHorizonDataConfig().facts_max)
-
-
-def question(names: list[str]) -> str:
-    return f"What are the values of {', '.join(names[:-1])} and {names[-1]}?"  # answered in this order
 
 
 def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
@@ -44,7 +40,7 @@ def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
         suite=SUITE,
         split=split,  # type: ignore[arg-type]
         repo=repo_rel,
-        instruction=question(names),
+        instruction=multi_lookup.question(names),  # the same question: only the context budget differs
         tools=TOOLS,
         check=Check(kind="answer", answer=" ".join(str(c.value) for c in chosen)),
         solution=Solution(kind="values", names=names),
@@ -55,8 +51,7 @@ def repo_tasks(
     rng: random.Random, repo: Repo, repo_rel: str, split: str, num: int, facts: tuple[int, int]
 ) -> list[Task]:
     """`num` tasks on one repo, each asking for a random handful of its constants."""
-    consts = repo.of_kind("const")
-    return [task(rng.sample(consts, min(len(consts), rng.randint(*facts))), repo_rel, split, i) for i in range(num)]
+    return [task(chosen, repo_rel, split, i) for i, chosen in enumerate(multi_lookup.picks(rng, repo, num, facts))]
 
 
 def build(out: Path, seed: int, num: int) -> list[Task]:

@@ -46,9 +46,14 @@ def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
     )
 
 
+def picks(rng: random.Random, repo: Repo, num: int, names: tuple[int, int]) -> list[list[Symbol]]:
+    """`num` random handfuls of a repo's constants, between names[0] and names[1] each (as many as it has)."""
+    consts = repo.of_kind("const")
+    return [rng.sample(consts, min(len(consts), rng.randint(*names))) for _ in range(num)]
+
+
 def repo_tasks(
     rng: random.Random, repo: Repo, repo_rel: str, split: str, num: int, names: tuple[int, int]
 ) -> list[Task]:
     """`num` tasks on one repo, each asking for a random handful of its constants."""
-    consts = repo.of_kind("const")
-    return [task(rng.sample(consts, min(len(consts), rng.randint(*names))), repo_rel, split, i) for i in range(num)]
+    return [task(chosen, repo_rel, split, i) for i, chosen in enumerate(picks(rng, repo, num, names))]
