@@ -2,19 +2,17 @@
 
     python bench/lessons.py --seeds 0 1 2 [--parallel 2] [--root DIR] [--lessons strategy drop clarify]
 
-Per seed, every run is the default recipe (`harnessrl run seed=S`) with a few overrides, and all of
-a seed's runs share one pipeline root, so CPT and SFT run once per seed and each variant reruns RL
-and what follows:
+Per seed, the default recipe runs once (`harnessrl run seed=S`), and every other run starts from
+its SFT checkpoint: the strategy ablation as a pipeline sharing that run's cache (CPT and SFT are not
+run again), the hard runs as the RL stage alone (`harnessrl rl --checkpoint .../sft`):
 
     default         the default recipe: RL with the efficiency terms (turns, parallel calls)
-    no_efficiency   the same with reward.turns=0 reward.parallel=0
+    no_efficiency   the same with reward.turns=0 reward.parallel=0 (no long-horizon stage)
     negative        RL on 60% lookups, 40% hard lookups (tasks/hard_lookup.py), the default reward
     drop            the same with reward=malformed_drop: a malformed episode gets no gradient
     negative_batch  negative with stages.rl.baseline=batch (one baseline per step, not per group)
     drop_batch      drop with stages.rl.baseline=batch
     quirk           negative with reward=clarify_quirk: a wrong answer costs, a question does not
-
-The hard runs skip the long-horizon stage and its eval comparison, which they do not change.
 
 The table: per lesson, the metric, the treatment, the ablation, and their difference as the mean
 over seeds with its standard deviation (the spread between seeds):
@@ -48,17 +46,22 @@ from pathlib import Path
 from harnessrl.metrics import read_metrics
 from harnessrl.rewards.monitors import read_incidents
 
-HARD = ["+stages.rl.mix.hard_lookup=0.4", "stages.rl.mix.lookup=0.6", "stages.rl.mix.multi_lookup=0",
-        "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0"]  # fmt: skip
+HARD = ["+stages.rl.mix.hard_lookup=0.4", "stages.rl.mix.lookup=0.6", "stages.rl.mix.multi_lookup=0"]
 RUNS: dict[str, list[str]] = {
     "default": [],
-    "no_efficiency": ["reward.turns=0", "reward.parallel=0"],
+    "no_efficiency": [
+        "reward.turns=0",
+        "reward.parallel=0",
+        "stages.long_horizon.enabled=false",
+        "stages.eval.long_horizon_tasks=0",
+    ],
     "negative": HARD,
     "drop": [*HARD, "reward=malformed_drop"],
     "negative_batch": [*HARD, "stages.rl.baseline=batch"],
     "drop_batch": [*HARD, "reward=malformed_drop", "stages.rl.baseline=batch"],
     "quirk": [*HARD, "reward=clarify_quirk"],
 }
+PIPELINE = ("default", "no_efficiency")  # the rest run the RL stage alone
 LESSONS = {
     "strategy": ["default", "no_efficiency"],
     "drop": ["negative", "drop", "negative_batch", "drop_batch"],
@@ -71,14 +74,29 @@ def run_dir(root: Path, seed: int, name: str) -> Path:
     return root / f"seed{seed}-{name}"
 
 
+def rl_dir(root: Path, seed: int, name: str) -> Path:
+    """Where a run's RL stage wrote metrics.jsonl and incidents.jsonl."""
+    return run_dir(root, seed, name) / ("checkpoints/rl" if name in PIPELINE else "rl")
+
+
+def done(root: Path, seed: int, name: str) -> bool:
+    if name in PIPELINE:
+        return (run_dir(root, seed, name) / "report" / "report.json").is_file()
+    return (rl_dir(root, seed, name) / "manifest.json").is_file()
+
+
 def seed_chain(root: Path, seed: int, names: list[str], data: Path) -> subprocess.Popen:
-    """One seed's runs, one after another: the first computes CPT and SFT, the rest reuse them."""
+    """One seed's runs, one after another: the first computes CPT and SFT, the rest start from its SFT."""
+    cli = [sys.executable, "-m", "harnessrl.cli"]
+    sft = run_dir(root, seed, "default") / "checkpoints" / "sft"
     steps = []
-    for name in names:
-        if (run_dir(root, seed, name) / "report" / "report.json").is_file():
-            continue
-        cmd = [sys.executable, "-m", "harnessrl.cli", "run", f"seed={seed}", f"data.dir={data}", *RUNS[name],
-               "--output-dir", str(run_dir(root, seed, name)), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
+    for name in (n for n in names if not done(root, seed, n)):
+        if name in PIPELINE:
+            cmd = [*cli, "run", f"seed={seed}", f"data.dir={data}", *RUNS[name], "--output-dir",
+                   str(run_dir(root, seed, name)), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
+        else:
+            cmd = [*cli, "rl", "--checkpoint", str(sft), "-o", str(rl_dir(root, seed, name)), f"seed={seed}",
+                   f"data.dir={data}", *RUNS[name]]  # fmt: skip
         steps.append(f"echo '== {name}' && {shlex.join(cmd)}")
     env = os.environ | {"HARNESSRL_THREADS": "1", "OMP_NUM_THREADS": "1"}
     log = (root / f"seed{seed}.log").open("a")
@@ -108,12 +126,12 @@ def strategy(rows: list[dict]) -> dict[str, float]:
 
 
 def rl_steps(root: Path, seed: int, name: str) -> list[dict]:
-    return read_metrics(run_dir(root, seed, name) / "checkpoints" / "rl" / "metrics.jsonl")
+    return read_metrics(rl_dir(root, seed, name) / "metrics.jsonl")
 
 
 def first_incident(root: Path, seed: int, name: str, monitor: str) -> int | None:
     """The step of the RL stage's first incident of `monitor` (pooled or on one suite), if any."""
-    incidents = read_incidents(run_dir(root, seed, name) / "checkpoints" / "rl" / "incidents.jsonl")
+    incidents = read_incidents(rl_dir(root, seed, name) / "incidents.jsonl")
     return next((i["step"] for i in incidents if i["monitor"] == monitor), None)
 
 
@@ -183,8 +201,9 @@ def lesson_rows(root: Path, seeds: list[int], lessons: list[str]) -> list[dict]:
             hard_success = {n: [window_mean(series(rl_steps(root, s, n), "success/hard_lookup"), True) for s in seeds]
                             for n in (drop, neg)}  # fmt: skip
             add("drop", f"hard success, last {WINDOW} steps ({baseline})", hard_success[drop], hard_success[neg])
-            held = {n: [strategy(eval_rows(root, s, n, "rl", "lookup"))["success"] for s in seeds] for n in (drop, neg)}
-            add("drop", f"held-out lookup success, RL ({baseline})", held[drop], held[neg])
+            easy = {n: [window_mean(series(rl_steps(root, s, n), "malformed_episodes/lookup"), True) for s in seeds]
+                    for n in (drop, neg)}  # fmt: skip
+            add("drop", f"lookup malformed episodes, last {WINDOW} steps ({baseline})", easy[drop], easy[neg])
             first = {n: [first_incident(root, s, n, "malformed") for s in seeds] for n in (drop, neg)}
             rows.append({"lesson": "drop", "metric": f"first malformed incident, step ({baseline})",
                          "treatment": first[drop], "ablation": first[neg], "difference": None})  # fmt: skip
