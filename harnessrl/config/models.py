@@ -110,8 +110,9 @@ class MultiLookupDataConfig(SuiteCounts):
 class HardLookupDataConfig(SuiteCounts):
     """The hard_lookup suite (harnessrl/tasks/hard_lookup.py): lookups of constants written with a type
     annotation (`NAME: int = 7`) in repos of their own, which the lookup habit's search (`^NAME =`)
-    misses. Solvable (search again without ` =`), but mostly failed by a tiny model: the hard tasks on
-    which the reward-hack lessons are shown (bench/lessons.py)."""
+    misses. Solvable (search again without ` =`), but the SFT conversations never show that second
+    search, so the policy mostly fails them: the hard tasks on which the reward-hack lessons are shown
+    (bench/lessons.py)."""
 
     num_repos: int = Field(16, gt=0, description="generated repos of annotated constants, a quarter held out")
     ask_share: float = Field(
@@ -119,7 +120,7 @@ class HardLookupDataConfig(SuiteCounts):
         ge=0,
         le=1,
         description="share of the expert's conversations that ask the user after the first search misses "
-        "(no user answers, so the episode ends unsolved); the others search again and answer",
+        "(no user answers, so the episode ends unsolved); the others answer 0 (a guess, always wrong)",
     )
 
 

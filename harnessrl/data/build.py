@@ -141,13 +141,14 @@ def build(
             sft_rows += [
                 {"messages": seg, "suite": long_horizon.SUITE} for seg in expert_segments(lh_sft, tmp, lh_cfg, bar.step)
             ]
-        for suite, tasks_of, habit, share in (
-            (multi_lookup.SUITE, ml_sft, "parallel", ml_cfg.parallel_share),
-            (hard_lookup.SUITE, hard_sft, "ask", hard_cfg.ask_share),
-        ):
-            sft_rows += [
-                {"messages": m, "suite": suite} for m in _habit_messages(tasks_of, tmp, habit, share, bar.step)
-            ]
+        # multi_lookup: parallel searches on a share. hard_lookup: the expert never shows the second
+        # search, so these tasks stay hard for the policy; after the miss it asks on a share, else guesses.
+        parallel = {t.id: "parallel" for t in ml_sft if _coin("parallel", t.id, ml_cfg.parallel_share)}
+        for m in _habit_messages(ml_sft, tmp, parallel, bar.step):
+            sft_rows.append({"messages": m, "suite": multi_lookup.SUITE})
+        after_miss = {t.id: "ask" if _coin("ask", t.id, hard_cfg.ask_share) else "guess" for t in hard_sft}
+        for m in _habit_messages(hard_sft, tmp, after_miss, bar.step):
+            sft_rows.append({"messages": m, "suite": hard_lookup.SUITE})
 
         # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
         # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
@@ -293,17 +294,21 @@ def expert_segments(
     return [seg for t in tasks for seg in by_id[t.id].segments()]
 
 
+def _coin(habit: str, task_id: str, share: float) -> bool:
+    """Each task's own coin for a habit: the choice does not depend on which other tasks were drawn."""
+    return random.Random(f"{habit}-{task_id}").random() < share
+
+
 def _habit_messages(
-    tasks: list[Task], suite_dir: Path, habit: str, share: float, on_done: Callable[[], None] | None = None
+    tasks: list[Task], suite_dir: Path, habits: dict[str, str], on_done: Callable[[], None] | None = None
 ) -> list[list[dict]]:
-    """The expert's conversation for each task, a `share` of the distinct tasks (each by its own coin)
-    with the expert's `habit`. Every episode must succeed, except those that ask: with no user behind
-    the tool, asking ends the episode unsolved, which is the habit."""
+    """The expert's conversation for each task, with the habit `habits` gives its id, if any. Every
+    episode must succeed, except those that ask (no user answers, so the episode ends unsolved) or
+    guess (a wrong answer): their failure is the habit."""
     unique = list({t.id: t for t in tasks}.values())
-    chosen = [t.id for t in unique if random.Random(f"{habit}-{t.id}").random() < share]
-    found = {tr.task_id: tr for tr in expert_trajectories(unique, suite_dir, workers=4,
-                                                          habits=dict.fromkeys(chosen, habit), on_done=on_done)}  # fmt: skip
-    wrong = [i for i, tr in found.items() if tr.outcome.success != (habit != "ask" or i not in chosen)]
+    runs = expert_trajectories(unique, suite_dir, workers=4, habits=habits, on_done=on_done)
+    found = {tr.task_id: tr for tr in runs}
+    wrong = [i for i, tr in found.items() if tr.outcome.success == (habits.get(i) in ("ask", "guess"))]
     if wrong:
         raise RuntimeError(f"the expert's episode went wrong on {len(wrong)} {tasks[0].suite} tasks, e.g. "
                            f"{wrong[0]}: {found[wrong[0]].outcome.details}")  # fmt: skip

@@ -56,16 +56,19 @@ def file_lines(output: str) -> list[str]:
 # -- scripts, one per suite (edit has three kinds) ------------------------------------------------
 
 
-def annotated(task: Task, ask: bool) -> Script:
-    """hard_lookup: the habit's search misses `NAME: int = 7`. Then either ask the user where NAME is
-    (an imperfect expert's habit: with no user behind the tool the episode ends unsolved), or search
-    again without ` =` and answer."""
+def annotated(task: Task, habit: str | None) -> Script:
+    """hard_lookup: the lookup habit's search misses `NAME: int = 7`. The expert searches again without
+    ` =` and answers; with a habit it asks the user where NAME is ("ask": with no user behind the tool,
+    the episode ends unsolved) or answers 0 ("guess": always wrong), as an imperfect teacher would."""
     name = task.solution.name
     (out,) = yield turn(call("grep", pattern=f"^{name} ="))
     if grep_hits(out):
         raise ValueError(f"{name} is not annotated: the first search found it")
-    if ask:
+    if habit == "ask":
         yield turn(call("ask_user", question=f"I found no {name} = line; where is {name} defined?"))
+        return
+    if habit == "guess":
+        yield "0"
         return
     (out,) = yield turn(call("grep", pattern=f"^{name}\\b"))
     _, _, text = grep_hits(out)[0]
@@ -261,7 +264,8 @@ SCRIPTS = {
 # guess      answers "0" without looking (DataConfig.guess_share)
 # verbose    long-horizon summaries that restate whole search results (long_horizon.verbose_share)
 # parallel   multi_lookup: every search in one turn (multi_lookup.parallel_share)
-# ask        hard_lookup: asks the user after the first search misses (hard_lookup.ask_share)
+# ask        hard_lookup: asks the user after the first search misses (hard_lookup.ask_share); on
+#            hard_lookup, "guess" answers 0 after that miss
 HABITS = ("guess", "verbose", "parallel", "ask")
 
 
@@ -275,14 +279,14 @@ class Expert:
             raise ValueError(f"unknown expert habit {habit!r}; habits: {', '.join(HABITS)}")
         self.task, self.verbose = task, habit == "verbose"
         self.notes: list[str] = []
-        if habit == "guess":
+        if task.suite == "hard_lookup":
+            self.script = annotated(task, habit)
+        elif habit == "guess":
             self.script = guess(task)
         elif task.suite == "long_horizon":
             self.script = values(task, self.notes)
         elif task.suite == "multi_lookup":
             self.script = keyed_values(task, parallel=habit == "parallel")
-        elif task.suite == "hard_lookup":
-            self.script = annotated(task, ask=habit == "ask")
         else:
             self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
         self.started = False

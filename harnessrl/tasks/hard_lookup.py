@@ -1,7 +1,8 @@
 """The hard_lookup suite: "What is the value of NAME?" where NAME is written with a type annotation.
 
 `NAME: int = 7` is as common in real code as `NAME = 7`, but the lookup habit's search, `^NAME =`,
-finds nothing. A second search without ` =` finds it; a tiny model that learned the habit mostly
+finds nothing. A second search without ` =` finds it, but the SFT conversations never show it (the
+expert asks the user, or guesses 0, after the miss), so a tiny model that learned the habit mostly
 fails. These are the hard tasks of the reward-hack lessons (bench/lessons.py): when failure is common
 and the reward has a hole (malformed calls dropped, questions free), the policy learns the hole.
 
