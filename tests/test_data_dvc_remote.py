@@ -120,6 +120,13 @@ def test_the_default_recipes_pointer_is_the_roots_data_dvc(repo_with_data: Path)
     shutil.rmtree(repo / ".dvc" / "cache")
     assert remote.pull(repo, data, url, store)["md5"] == r["md5"]
     assert tree(data) == before
+    # A rebuilt folder (same name, new bytes) pushes again through the same root pointer.
+    (data / "extra.txt").write_text("rebuilt\n")
+    again = remote.push(repo, data, url, store, at_root=True)
+    assert (
+        again["md5"] != r["md5"] and yaml.safe_load((repo / "data.dvc").read_text())["outs"][0]["md5"] == again["md5"]
+    )
+    assert not data.with_name(data.name + ".dvc").exists()
 
 
 def test_pull_without_data_dvc_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -111,7 +111,9 @@ def push(root: Path, data_dir: Path, url: str, cfg: StoreConfig, at_root: bool =
     with open_repo(root, url, cfg) as repo:
         repo.add([str(data_dir)])
         beside = data_dir.with_name(data_dir.name + ".dvc")
-        if at_root:  # dvc add writes the pointer beside the folder; move it up, its path made relative
+        # dvc add writes a new pointer beside the folder: move it up, its path made relative. A pointer
+        # that already tracks the folder (a rebuild) is updated where it is.
+        if at_root and beside.is_file():
             pointer = yaml.safe_load(beside.read_text())
             pointer["outs"][0]["path"] = data_dir.relative_to(root).as_posix()
             (root / ROOT_POINTER).write_text(yaml.safe_dump(pointer, sort_keys=False))
