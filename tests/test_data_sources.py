@@ -164,7 +164,8 @@ def test_data_build_names_a_source_it_cannot_read_and_leaves_nothing(tmp_path, c
     from harnessrl.cli import main
 
     zero = [f"data.{k}=0" for k in ("num_sft", "num_prompts", "num_heldout")]
-    zero += [f"data.long_horizon.{k}=0" for k in ("num_sft", "num_prompts", "num_heldout")]
+    zero += [f"data.{suite}.{k}=0" for suite in ("long_horizon", "multi_lookup", "hard_lookup")
+             for k in ("num_sft", "num_prompts", "num_heldout")]  # fmt: skip
     sources = f"data.sources=[{{name: gone, path: {tmp_path / 'nowhere'}, tasks: {{lookup: 2}}}}]"
     assert main(["data", "build", sources, *zero, "-o", str(tmp_path / "out")]) == 2
     assert "source 'gone':" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def test_without_data_the_checkpoint_manifest_names_its_data_folder(tiny_base: d
         (["--checkpoint", "/no/such/ckpt", "--suite", "lookup"], "--checkpoint /no/such/ckpt: not a directory"),
         (
             ["--checkpoint", "{base}", "--suite", "bugfix"],
-            "no held-out tasks of suite 'bugfix' (suites here: long_horizon, lookup)",
+            "no held-out tasks of suite 'bugfix' (suites here: long_horizon, lookup, multi_lookup)",
         ),
         (["--checkpoint", "{base}", "--suite", "lookup", "--data", "/no/data"], "--data: /no/data: no held-out tasks"),
         (["--checkpoint", "{base}", "--suite", "lookup", "--num-tasks", "0"], "--num-tasks: Input should be greater"),

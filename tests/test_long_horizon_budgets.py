@@ -30,7 +30,7 @@ def test_the_context_budgets_separate_terse_from_verbose_summaries(default_data:
     segments = [
         r["messages"]
         for r in read_jsonl(default_data / "sft.jsonl")
-        if r["messages"][1]["content"].startswith("What are the values")
+        if r["suite"] == "long_horizon"  # multi_lookup asks the same question, with no context budget
     ]
     first = [
         s for s in segments if s[2]["role"] == "assistant"
