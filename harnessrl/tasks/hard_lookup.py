@@ -14,6 +14,9 @@ the turn passes to the user (harnessrl/harness/tools/user.py).
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 from harnessrl.tasks import lookup
 from harnessrl.tasks.repogen import Repo
 from harnessrl.tasks.task import Check, Solution, Task
@@ -37,3 +40,11 @@ def repo_tasks(repo: Repo, repo_rel: str, split: str) -> list[Task]:
         )
         for sym in repo.of_kind("const")
     ]
+
+
+def build(out: Path, seed: int, num: int) -> list[Task]:
+    """`num` tasks over generated repos of annotated constants, a quarter held out from their own repos."""
+    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+    repos = lookup.generate(rng, max(2, num // 10 + 2), lookup.FILES_PER_REPO, annotated=True, prefix="h")
+    tasks = [t for rel, repo, _ in repos for t in repo_tasks(repo, rel, rel.split("/")[1])]
+    return lookup.choose(rng, out, repos, tasks, num)

@@ -60,12 +60,4 @@ def build(out: Path, seed: int, num: int) -> list[Task]:
     per_repo = 2
     repos = lookup.generate(rng, num // per_repo + 2, lookup.FILES_PER_REPO)
     tasks = [t for rel, repo, _ in repos for t in repo_tasks(rng, repo, rel, rel.split("/")[1], per_repo, FACTS)]
-    train = [t for t in tasks if t.split == "train"]
-    held = [t for t in tasks if t.split == "heldout"]
-    n_held = min(max(1, num // 4), len(held))
-    chosen = lookup.take(rng, train, num - n_held) + lookup.take(rng, held, n_held)
-    used = {t.repo for t in chosen}
-    for rel, repo, _ in repos:
-        if rel in used:
-            repo.write(out / rel)
-    return chosen
+    return lookup.choose(rng, out, repos, tasks, num)

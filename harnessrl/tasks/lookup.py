@@ -63,7 +63,15 @@ def build(out: Path, seed: int, num: int) -> list[Task]:
     rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
     per_repo = FILES_PER_REPO * 5  # about 3 constants, 1.5 functions and a class per file
     repos = generate(rng, max(2, -(-num // per_repo) + 1), FILES_PER_REPO)
-    pools = {s: [t for _, _, ts in repos for t in ts if t.split == s] for s in ("train", "heldout")}
+    return choose(rng, out, repos, [t for _, _, ts in repos for t in ts], num)
+
+
+def choose(
+    rng: random.Random, out: Path, repos: list[tuple[str, Repo, list[Task]]], tasks: list[Task], num: int
+) -> list[Task]:
+    """`num` of `tasks`, a quarter (at least one) from held-out repos, and the repos they use written
+    under `out`: how the generated suites' builds end."""
+    pools = {s: [t for t in tasks if t.split == s] for s in ("train", "heldout")}
     n_held = min(max(1, num // 4), len(pools["heldout"]))
     chosen = take(rng, pools["train"], num - n_held) + take(rng, pools["heldout"], n_held)
     used = {t.repo for t in chosen}

@@ -14,13 +14,17 @@ compares names and values, so a miscopied name fails.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+from harnessrl.config import MultiLookupDataConfig
 from harnessrl.tasks import lookup
 from harnessrl.tasks.repogen import Repo, Symbol
 from harnessrl.tasks.task import Check, Solution, Task
 
 SUITE = "multi_lookup"
 TOOLS = lookup.TOOLS
+# Constants per task, inclusive, for `harnessrl tasks build`: the data config's own defaults.
+NAMES = (MultiLookupDataConfig().names_min, MultiLookupDataConfig().names_max)
 
 
 def question(names: list[str]) -> str:
@@ -57,3 +61,11 @@ def repo_tasks(
 ) -> list[Task]:
     """`num` tasks on one repo, each asking for a random handful of its constants."""
     return [task(chosen, repo_rel, split, i) for i, chosen in enumerate(picks(rng, repo, num, names))]
+
+
+def build(out: Path, seed: int, num: int) -> list[Task]:
+    """`num` tasks over generated repos (two per repo), a quarter held out from their own repos."""
+    rng = random.Random(f"{SUITE}-{seed}")  # suites built with one seed still differ
+    repos = lookup.generate(rng, num // 2 + 2, lookup.FILES_PER_REPO)
+    tasks = [t for rel, repo, _ in repos for t in repo_tasks(rng, repo, rel, rel.split("/")[1], 2, NAMES)]
+    return lookup.choose(rng, out, repos, tasks, num)

@@ -15,7 +15,7 @@ from pathlib import Path
 from harnessrl.config import SourceConfig
 from harnessrl.data.sources import write_sources
 from harnessrl.io import atomic_dir
-from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
+from harnessrl.tasks import bugfix, edit, hard_lookup, lint, long_horizon, lookup, multi_lookup
 from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, split_of, write_suite_info, write_tasks
 from harnessrl.tasks.validate import mining_stats, reasons, validate
@@ -27,6 +27,8 @@ SUITES: dict[str, Callable[[Path, int, int], list[Task]]] = {
     "bugfix": bugfix.build,
     "long_horizon": long_horizon.build,
     "lint": lint.build,
+    "multi_lookup": multi_lookup.build,
+    "hard_lookup": hard_lookup.build,
 }
 
 
