@@ -62,6 +62,8 @@ RUNS: dict[str, list[str]] = {
     "quirk": [*HARD, "reward=clarify_quirk"],
 }
 PIPELINE = ("default", "no_efficiency")  # the rest run the RL stage alone
+LABELS = {"negative": "negative (default reward)", "negative_batch": "negative", "drop_batch": "drop",
+          "quirk": "reward=clarify_quirk"}  # fmt: skip
 LESSONS = {
     "strategy": ["default", "no_efficiency"],
     "drop": ["negative", "drop", "negative_batch", "drop_batch"],
@@ -249,7 +251,7 @@ def plot(root: Path, seeds: list[int], lessons: list[str]) -> list[Path]:
             mid = [mean([c[i] for c in curves]) for i in range(n)]
             lo = [min((c[i] for c in curves if not math.isnan(c[i])), default=math.nan) for i in range(n)]
             hi = [max((c[i] for c in curves if not math.isnan(c[i])), default=math.nan) for i in range(n)]
-            ax.plot(steps, mid, label=name)
+            ax.plot(steps, mid, label=LABELS.get(name, name))
             ax.fill_between(steps, lo, hi, alpha=0.2)
         ax.set_xlabel("RL step")
         ax.set_ylabel(ylabel)
