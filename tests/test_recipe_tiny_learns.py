@@ -35,7 +35,7 @@ def test_tiny_recipe_sft_is_measurable_and_rl_improves_on_it(tiny_run: Path) -> 
     assert rl["success"] >= sft["success"] + 0.15, f"RL {rl['success']:.3f} against SFT {sft['success']:.3f}"
     assert rl["malformed"] < 0.02
     assert "lookup@hydra" in by_stage["rl"]["suites"]
-    assert turns_per_solved(tiny_run, "rl") <= turns_per_solved(tiny_run, "sft")
+    assert turns_per_solved(tiny_run, "rl", "lookup") <= turns_per_solved(tiny_run, "sft", "lookup")
     # The long-horizon stage keeps what RL taught on lookup, within the interval.
     final = by_stage["long_horizon"]["suites"]["lookup"]["success"]
     assert final["hi"] >= rl["success"]
@@ -57,8 +57,8 @@ def test_the_three_context_methods_run_in_the_long_horizon_harness(tiny_run: Pat
     assert trained["checkpoint"] == by_stage["long_horizon"]
 
 
-def turns_per_solved(run_dir: Path, stage: str) -> float:
+def turns_per_solved(run_dir: Path, stage: str, suite: str) -> float:
     rows = [json.loads(line) for line in (run_dir / "report" / "episodes.jsonl").read_text().splitlines()]
-    solved = [r["turns"] for r in rows if r["stage"] == stage and r["success"]]
+    solved = [r["turns"] for r in rows if r["stage"] == stage and r["suite"] == suite and r["success"]]
     assert solved, f"{stage} solved nothing"
     return sum(solved) / len(solved)
