@@ -57,3 +57,15 @@ def test_the_clarify_quirk_pays_a_question_over_a_wrong_answer():
     assert _total(reward_components(asked, W)) == -0.1 < _total(reward_components(wrong, W)) == 0.0
     ran_out = traj(False, turns=4).model_copy(update={"outcome": Outcome(stop_reason="max_turns")})
     assert reward_components(ran_out, quirk)["wrong"] == 0.0  # no answer is not a wrong one: `overlong` prices it
+
+
+def test_the_ablation_configs_compose_and_drop_refuses_an_idle_weight():
+    import pytest
+
+    from harnessrl.config import ConfigError, compose
+
+    assert compose(["reward=malformed_drop"]).reward.malformed_policy == "drop"
+    quirk = compose(["reward=clarify_quirk"]).reward
+    assert (quirk.wrong, quirk.clarify, quirk.malformed_policy) == (-0.5, 0.0, "negative")
+    with pytest.raises(ConfigError, match=r"reward\.malformed: under malformed_policy=drop"):
+        compose(["reward.malformed_policy=drop"])  # the -1 per malformed turn would do nothing
