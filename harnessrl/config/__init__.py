@@ -65,6 +65,7 @@ from harnessrl.config.models import (
     MultiLookupDataConfig,
     RewardConfig,
     SourceConfig,
+    SuiteCounts,
     SweFileConfig,
 )
 from harnessrl.config.recipe import Config
@@ -121,6 +122,7 @@ __all__ = [
     "StagesConfig",
     "StoreConfig",
     "Strict",
+    "SuiteCounts",
     "SweFileConfig",
     "Toleration",
     "TrainConfig",

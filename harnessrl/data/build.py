@@ -35,6 +35,7 @@ from harnessrl.config import (
     DataConfig,
     LongHorizonDataConfig,
     StoreConfig,
+    SuiteCounts,
     SweFileConfig,
     config_hash,
 )
@@ -103,9 +104,8 @@ def build(
             split = rel.split("/")[1]
             lh[split] += long_horizon.repo_tasks(lh_rng, repo, rel, split, lh_cfg.tasks_per_repo,
                                                  (lh_cfg.facts_min, lh_cfg.facts_max))  # fmt: skip
-        lh_sft = _take(lh_rng, lh["train"], lh_cfg.num_sft) if lh_cfg.num_sft else []
-        prompts += _take(lh_rng, lh["train"], lh_cfg.num_prompts) if lh_cfg.num_prompts else []
-        heldout += _take(lh_rng, lh["heldout"], lh_cfg.num_heldout) if lh_cfg.num_heldout else []
+        lh_sft, lh_prompts, lh_held = _draw(lh_rng, lh, lh_cfg)
+        prompts, heldout = prompts + lh_prompts, heldout + lh_held
 
         # multi_lookup asks about the same repos, hard_lookup about repos of its own; each draws from a
         # generator of its own, so the data above is the same with or without them.
@@ -114,21 +114,16 @@ def build(
         for rel, repo, _ in repos:
             split = rel.split("/")[1]
             ml[split] += multi_lookup.repo_tasks(ml_rng, repo, rel, split, 2, (ml_cfg.names_min, ml_cfg.names_max))
-        ml_sft = _take(ml_rng, ml["train"], ml_cfg.num_sft) if ml_cfg.num_sft else []
-        prompts += _take(ml_rng, ml["train"], ml_cfg.num_prompts) if ml_cfg.num_prompts else []
-        heldout += _take(ml_rng, ml["heldout"], ml_cfg.num_heldout) if ml_cfg.num_heldout else []
+        ml_sft, ml_prompts, ml_held = _draw(ml_rng, ml, ml_cfg)
+        prompts, heldout = prompts + ml_prompts, heldout + ml_held
 
-        hard_cfg, hard = cfg.hard_lookup, {s: [] for s in SPLITS}
-        if hard_cfg.num_sft + hard_cfg.num_prompts + hard_cfg.num_heldout:
-            hard_rng = random.Random(f"hard_lookup-{cfg.seed}")
+        hard_cfg, hard, hard_rng = cfg.hard_lookup, {s: [] for s in SPLITS}, random.Random(f"hard_lookup-{cfg.seed}")
+        if hard_cfg.num_sft + hard_cfg.num_prompts + hard_cfg.num_heldout:  # else no repos to write
             for rel, repo, _ in lookup.generate(hard_rng, hard_cfg.num_repos, gen.files_per_repo, True, "h"):
                 repo.write(tmp / rel)
                 hard[rel.split("/")[1]] += hard_lookup.repo_tasks(repo, rel, rel.split("/")[1])
-            hard_sft = _take(hard_rng, hard["train"], hard_cfg.num_sft) if hard_cfg.num_sft else []
-            prompts += _take(hard_rng, hard["train"], hard_cfg.num_prompts) if hard_cfg.num_prompts else []
-            heldout += _take(hard_rng, hard["heldout"], hard_cfg.num_heldout) if hard_cfg.num_heldout else []
-        else:
-            hard_sft = []
+        hard_sft, hard_prompts, hard_held = _draw(hard_rng, hard, hard_cfg)
+        prompts, heldout = prompts + hard_prompts, heldout + hard_held
 
         # The expert runs each distinct task once.
         bar = Progress(len({t.id for t in [*sft, *lh_sft, *ml_sft, *hard_sft]}), progress)
@@ -258,19 +253,9 @@ def check_built_from(cfg: DataConfig, data_dir: Path) -> None:
 def _expert_messages(
     tasks: list[Task], suite_dir: Path, guess_share: float, on_done: Callable[[], None] | None = None
 ) -> list[list[dict]]:
-    """The expert's conversation for each task, each distinct task run once in the sandboxed harness.
-    A failed episode is a bug in the generator or the expert, never data: it stops the build. The
-    exception is a guessed task (guessed_tasks), which must fail: a right guess would be luck."""
-    unique = list({t.id: t for t in tasks}.values())
-    guessed = guessed_tasks(unique, guess_share)
-    found = expert_trajectories(unique, suite_dir, workers=4, habits=dict.fromkeys(guessed, "guess"), on_done=on_done)
-    trajectories = {tr.task_id: tr for tr in found}
-    failed = [i for i, tr in trajectories.items() if tr.outcome.success == (i in guessed)]
-    if failed:
-        raise RuntimeError(f"the expert's episode went wrong on {len(failed)} lookup tasks (a script failed, "
-                           f"or a guess was right), e.g. {failed[0]}: "
-                           f"{trajectories[failed[0]].outcome.details}")  # fmt: skip
-    return [trajectories[t.id].messages for t in tasks]
+    """The expert's lookup conversations, the teacher's guess on `guess_share` of them (guessed_tasks)."""
+    guessed = guessed_tasks(list({t.id: t for t in tasks}.values()), guess_share)
+    return _habit_messages(tasks, suite_dir, dict.fromkeys(guessed, "guess"), on_done)
 
 
 def expert_segments(
@@ -302,16 +287,17 @@ def _coin(habit: str, task_id: str, share: float) -> bool:
 def _habit_messages(
     tasks: list[Task], suite_dir: Path, habits: dict[str, str], on_done: Callable[[], None] | None = None
 ) -> list[list[dict]]:
-    """The expert's conversation for each task, with the habit `habits` gives its id, if any. Every
-    episode must succeed, except those that ask (no user answers, so the episode ends unsolved) or
-    guess (a wrong answer): their failure is the habit."""
+    """The expert's conversation for each task, with the habit `habits` gives its id, if any; each
+    distinct task runs once in the sandboxed harness. Every episode must succeed, except those that ask
+    (no user answers, so the episode ends unsolved) or guess (a wrong answer): their failure is the
+    habit. Anything else is a bug in the generator or the expert, never data, and stops the build."""
     unique = list({t.id: t for t in tasks}.values())
     runs = expert_trajectories(unique, suite_dir, workers=4, habits=habits, on_done=on_done)
     found = {tr.task_id: tr for tr in runs}
     wrong = [i for i, tr in found.items() if tr.outcome.success == (habits.get(i) in ("ask", "guess"))]
     if wrong:
-        raise RuntimeError(f"the expert's episode went wrong on {len(wrong)} {tasks[0].suite} tasks, e.g. "
-                           f"{wrong[0]}: {found[wrong[0]].outcome.details}")  # fmt: skip
+        raise RuntimeError(f"the expert's episode went wrong on {len(wrong)} {tasks[0].suite} tasks (a script "
+                           f"failed, or a habit succeeded), e.g. {wrong[0]}: {found[wrong[0]].outcome.details}")  # fmt: skip
     return [found[t.id].messages for t in tasks]
 
 
@@ -320,9 +306,7 @@ def guessed_tasks(tasks: list[Task], share: float) -> frozenset[str]:
     does not depend on which other tasks were drawn, and the model cannot tell them apart. Of the
     lookups, only "what is the value" questions are guessed."""
     return frozenset(
-        t.id
-        for t in tasks
-        if (t.suite != lookup.SUITE or t.solution.kind == "value") and random.Random(f"guess-{t.id}").random() < share
+        t.id for t in tasks if (t.suite != lookup.SUITE or t.solution.kind == "value") and _coin("guess", t.id, share)
     )
 
 
@@ -345,6 +329,14 @@ def _row(task: Task) -> dict:
         "answer": task.check.answer,
         "path": task.solution.path,
     }
+
+
+def _draw(rng: random.Random, pools: dict[str, list[Task]], counts: SuiteCounts) -> tuple[list, list, list]:
+    """A generated suite's SFT tasks and RL prompts (train pool) and eval prompts (held-out pool), by
+    its counts. A count of 0 draws nothing from `rng`, so adding a suite's count never changes the rest."""
+    return tuple(_take(rng, pools[split], n) if n else []
+                 for split, n in (("train", counts.num_sft), ("train", counts.num_prompts),
+                                  ("heldout", counts.num_heldout)))  # type: ignore[return-value]  # fmt: skip
 
 
 def _take(rng: random.Random, pool: list, n: int) -> list:

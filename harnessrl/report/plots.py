@@ -1,5 +1,6 @@
 """The report's PNGs: success by stage (with 95% intervals), RL reward and malformed rate over steps,
-how many turns episodes took, and the tool strategy over RL steps. Agg backend: no display needed, same pixels every time."""
+how many turns episodes took, and the tool strategy over RL steps. Agg backend: no display needed,
+same pixels every time."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from harnessrl.config import LongHorizonDataConfig
 from harnessrl.tasks import lookup, multi_lookup
 from harnessrl.tasks.repogen import Repo, Symbol
-from harnessrl.tasks.task import Check, Solution, Task
+from harnessrl.tasks.task import Task
 
 SUITE = "long_horizon"
 TOOLS = lookup.TOOLS
@@ -33,18 +33,8 @@ FACTS = (LongHorizonDataConfig().facts_min, LongHorizonDataConfig().facts_max)
 
 
 def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
-    """A task asking for the values of the `chosen` constants, in that order."""
-    names = [c.name for c in chosen]
-    return Task(
-        id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
-        suite=SUITE,
-        split=split,  # type: ignore[arg-type]
-        repo=repo_rel,
-        instruction=multi_lookup.question(names),  # the same question: only the context budget differs
-        tools=TOOLS,
-        check=Check(kind="answer", answer=" ".join(str(c.value) for c in chosen)),
-        solution=Solution(kind="values", names=names),
-    )
+    """multi_lookup's task, answered with the values alone, in the question's order ("201 738 95")."""
+    return multi_lookup.task(chosen, repo_rel, split, i, SUITE, answer=" ".join(str(c.value) for c in chosen))
 
 
 def repo_tasks(

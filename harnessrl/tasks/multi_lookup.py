@@ -36,16 +36,20 @@ def keyed(pairs: list[tuple[str, object]]) -> str:
     return ", ".join(f"{name} = {value}" for name, value in pairs)
 
 
-def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
+def task(
+    chosen: list[Symbol], repo_rel: str, split: str, i: int, suite: str = SUITE, answer: str | None = None
+) -> Task:
+    """A task asking for the values of the `chosen` constants, in that order; the expected `answer` is
+    keyed unless given (the long-horizon suite asks the same question and expects the values alone)."""
     names = [c.name for c in chosen]
     return Task(
-        id=f"{SUITE}/{repo_rel.split('/')[-1]}/{i}",
-        suite=SUITE,
+        id=f"{suite}/{repo_rel.split('/')[-1]}/{i}",
+        suite=suite,
         split=split,  # type: ignore[arg-type]
         repo=repo_rel,
         instruction=question(names),
         tools=TOOLS,
-        check=Check(kind="answer", answer=keyed([(c.name, c.value) for c in chosen])),
+        check=Check(kind="answer", answer=keyed([(c.name, c.value) for c in chosen]) if answer is None else answer),
         solution=Solution(kind="values", names=names),
     )
 
