@@ -170,17 +170,32 @@ def chars(messages, tools) -> int:
     return sum(len(m["content"]) for m in messages)
 
 
-def test_a_context_far_past_the_trigger_drops_old_turns_to_make_room_for_the_summary(ctx):
-    (ctx.workspace / "big.py").write_text("Y = 2\n" * 40)  # a long tool result
+def test_past_the_trigger_nothing_is_dropped_and_the_summary_gets_the_room_left(ctx):
+    """The bug LESSONS found: a context past the trigger with less than a whole summary's cap left was
+    truncated before the policy summarized, so the first search result was gone before any summary
+    could carry it. Now every turn stays, and the summary is capped at the room under the budget."""
+    policy = Script([READ, READ, "X is 1"], summaries=["X = 1"])
+    # 2 opening messages + 2 turns = 60 tokens (the trigger); with the request, 70: 10 left of 80.
+    traj = run_episode(policy, "what is X?", TOOLS, ctx, system_prompt="s", count_tokens=per_message,
+                       budgets=Budgets(context=summarize(trigger=60, budget=80, cap=20)))  # fmt: skip
+    asked, cap = policy.calls[2]
+    assert len(asked) == 7 and cap == 10  # nothing dropped; the cap is the room left, not 20
+    assert [c.kind for c in traj.compactions] == ["summarize"]
+    assert traj.outcome.stop_reason == "final"
+
+
+def test_a_context_past_the_budget_drops_old_turns_to_make_room_for_the_summary(ctx):
+    (ctx.workspace / "big.py").write_text("Y = 2\n" * 43)  # a tool result that carries the context past the budget
     policy = Script([render_calls([("list_dir", {})]), render_calls([("read_file", {"path": "big.py"})]), "2"],
                     summaries=["Y = 2"])  # fmt: skip
-    context = ContextConfig(policy="summarize", budget=720, trigger=200, summary_max_tokens=40)
+    context = ContextConfig(policy="summarize", budget=720, trigger=200, summary_max_tokens=20)
     traj = run_episode(policy, "what is Y?", TOOLS, ctx, system_prompt="s", count_tokens=chars,
                        budgets=Budgets(context=context))  # fmt: skip
     truncation, summary = traj.compactions
     assert truncation.kind == "truncate" and truncation.dropped_turns == 1  # the list_dir turn made room
+    assert truncation.tokens_before >= 720
     assert summary.kind == "summarize" and summary.summary_turn == 2
     asked, cap = policy.calls[2]
-    assert [m["role"] for m in asked] == ["system", "user", "assistant", "tool", "user"] and cap == 40
+    assert [m["role"] for m in asked] == ["system", "user", "assistant", "tool", "user"] and cap == 20
     assert chars(asked, []) + cap <= 720
     assert traj.outcome.stop_reason == "final" and traj.outcome.final_answer == "2"

@@ -6,11 +6,13 @@ Three policies, chosen per episode (config.ContextConfig):
 - `truncate`: the oldest whole turns are dropped (an assistant turn together with the tool results
   it produced, never one without the other) until a full turn fits again.
 - `summarize` (Cursor's self-summarization): when the rendered context reaches `trigger` tokens, the
-  harness asks the policy for a summary in a turn of its own, capped at `summary_max_tokens`. The
-  episode then goes on from [system, task, summary + task state]: a new segment. This can happen up
-  to `max_summaries` times; the next trigger after that ends the episode (`max_summaries`). Where a
-  long tool result has carried the context so far past the trigger that a whole summary would not
-  fit, the oldest turns are dropped first (recorded as a truncation), rather than lose the episode.
+  harness asks the policy for a summary in a turn of its own, capped at `summary_max_tokens` and at
+  the room left under the budget. The episode then goes on from [system, task, summary + task
+  state]: a new segment. This can happen up to `max_summaries` times; the next trigger after that
+  ends the episode (`max_summaries`). Nothing is dropped before the policy summarizes, except where a
+  long tool result has carried the context past the budget itself: then the oldest turns go first
+  (recorded as a truncation), rather than lose the episode. The RL stage refuses a context whose
+  expert would see a truncation on its tasks (components/rl.py, check_context).
 
 The harness counts context in the policy's own tokens, with the counter the caller gives it (a
 model's tokenizer and chat template); without one it estimates four characters per token.

@@ -339,14 +339,17 @@ def run_episode(
                 if counts.summaries >= managed.max_summaries:
                     stop = "max_summaries"
                     break
-                # A long tool result can carry the context far past the trigger: drop the oldest turns
-                # until the request and a whole summary fit, rather than lose the episode.
-                fits = lambda m: count([*m, request], rendered_tools) + managed.summary_max_tokens <= managed.budget
-                dropped = truncate_turns(context, len(opening), fits)
-                if dropped:
-                    compactions.append(Compaction(kind="truncate", before_turn=len(turns), message=len(transcript),
-                                                  tokens_before=used, tokens_after=count(context, rendered_tools),
-                                                  dropped_turns=dropped))  # fmt: skip
+                # Nothing is dropped before the policy summarizes: a dropped search result is a value no
+                # summary can carry. The summary gets the room left under the budget, up to its cap.
+                # Only a tool result that carried the context past the budget itself, leaving no room at
+                # all, drops the oldest turns until a whole summary fits, rather than lose the episode.
+                if count([*context, request], rendered_tools) >= managed.budget:  # type: ignore[operator]
+                    fits = lambda m: count([*m, request], rendered_tools) + managed.summary_max_tokens <= managed.budget
+                    dropped = truncate_turns(context, len(opening), fits)
+                    if dropped:
+                        compactions.append(Compaction(kind="truncate", before_turn=len(turns), message=len(transcript),
+                                                      tokens_before=used, tokens_after=count(context, rendered_tools),
+                                                      dropped_turns=dropped))  # fmt: skip
                 asked = [*context, request]
                 cap = min(managed.summary_max_tokens, budgets.max_tokens - counts.tokens,
                           managed.budget - count(asked, rendered_tools))  # type: ignore[operator]  # fmt: skip

@@ -21,6 +21,7 @@ from harnessrl.config import Budgets
 from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.harness.episode import AssistantTurn, Trajectory, run_tasks
 from harnessrl.harness.protocol import render_calls
+from harnessrl.tasks import multi_lookup
 from harnessrl.tasks.diffs import hunk_edit, new_file_text, parse_patch
 from harnessrl.tasks.lint import RULES
 from harnessrl.tasks.probe import module_of
@@ -84,8 +85,7 @@ def keyed_values(task: Task, parallel: bool) -> Script:
         outs = []
         for search in searches:
             outs += yield turn(search)
-    texts = [grep_hits(out)[0][2] for out in outs]
-    yield ", ".join(f"{text.split(' =')[0]} = {text.split('=', 1)[1].strip()}" for text in texts)
+    yield multi_lookup.keyed([_pair(grep_hits(out)[0][2]) for out in outs])
 
 
 def lookup(task: Task) -> Script:
@@ -219,24 +219,34 @@ def swe(task: Task) -> Script:
 
 
 def values(task: Task, notes: list[str]) -> Script:
-    """The long-horizon suite: one search per constant in the question's order, then the values in
-    that order. Each search result goes into `notes`, which the expert's summaries are made from."""
-    found = []
+    """The long-horizon suite: one search per constant in the question's order, then each value by its
+    name, as multi_lookup answers. Each search result goes into `notes`, which the summaries are made from."""
     for name in task.solution.names or []:
         (out,) = yield turn(call("grep", pattern=f"^{name} ="))
         path, line, text = grep_hits(out)[0]
         notes.append(f"{path}:{line}:{text}")
-        found.append(text.split("=", 1)[1].strip())
-    yield " ".join(found)
+    yield multi_lookup.keyed(_found(notes))
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """(name, value) of a found line `NAME = value`."""
+    name, value = text.split(" = ", 1)
+    return name, value.strip()
+
+
+def _found(notes: list[str]) -> list[tuple[str, str]]:
+    """(name, value) of each search result noted as `path:line:NAME = value`."""
+    return [_pair(note.split(":", 2)[2]) for note in notes]
 
 
 def summary(task: Task, notes: list[str], verbose: bool) -> str:
     """What the expert keeps when its context is full: every value found so far, copied. A terse
-    summary is just those values, in the question's order, which the answer then repeats; a verbose
-    one restates each search result whole and what is left to find, six times the tokens."""
+    summary is those values keyed by name ("A = 201, B = 738"), which the answer then repeats: the
+    tiny model copies a value after its name, not the k-th value of a list (docs/lessons.md). A
+    verbose one restates each search result whole and what is left to find, several times the tokens."""
     if not verbose:
-        return " ".join(note.split(" = ", 1)[1] for note in notes)
-    found = {note.split(":", 2)[2].split(" =")[0] for note in notes}
+        return multi_lookup.keyed(_found(notes))
+    found = {name for name, _ in _found(notes)}
     left = [n for n in task.solution.names or [] if n not in found]
     return "\n".join([*notes, f"Still to find: {', '.join(left)}." if left else "All found."])
 

@@ -6,8 +6,8 @@ together need more context than the long-horizon stage's budget holds. So:
 
 - without context management the episode runs out of context before it can answer;
 - truncation drops the oldest turns, and with them the value found first, which the answer needs;
-- a summary that copies the values found so far ("201 738") carries them across the compaction, and
-  the answer repeats it with the last value added.
+- a summary that copies the values found so far, each after its name ("A = 201, B = 738"), carries
+  them across the compaction, and the answer repeats it with the last value added.
 
 The answer is copied, never computed: a tiny model trained from scratch can learn it. The expert's
 summaries (tasks/expert.py) are faithful; on most tasks they are verbose, restating whole search
@@ -33,8 +33,8 @@ FACTS = (LongHorizonDataConfig().facts_min, LongHorizonDataConfig().facts_max)
 
 
 def task(chosen: list[Symbol], repo_rel: str, split: str, i: int) -> Task:
-    """multi_lookup's task, answered with the values alone, in the question's order ("201 738 95")."""
-    return multi_lookup.task(chosen, repo_rel, split, i, SUITE, answer=" ".join(str(c.value) for c in chosen))
+    """multi_lookup's task and keyed answer ("A = 201, B = 738, C = 95"), under its own suite."""
+    return multi_lookup.task(chosen, repo_rel, split, i, SUITE)
 
 
 def repo_tasks(

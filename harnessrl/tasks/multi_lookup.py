@@ -36,11 +36,9 @@ def keyed(pairs: list[tuple[str, object]]) -> str:
     return ", ".join(f"{name} = {value}" for name, value in pairs)
 
 
-def task(
-    chosen: list[Symbol], repo_rel: str, split: str, i: int, suite: str = SUITE, answer: str | None = None
-) -> Task:
-    """A task asking for the values of the `chosen` constants, in that order; the expected `answer` is
-    keyed unless given (the long-horizon suite asks the same question and expects the values alone)."""
+def task(chosen: list[Symbol], repo_rel: str, split: str, i: int, suite: str = SUITE) -> Task:
+    """A task asking for the values of the `chosen` constants, in that order, answered keyed (the
+    long-horizon suite asks the same question, under a context budget)."""
     names = [c.name for c in chosen]
     return Task(
         id=f"{suite}/{repo_rel.split('/')[-1]}/{i}",
@@ -49,7 +47,7 @@ def task(
         repo=repo_rel,
         instruction=question(names),
         tools=TOOLS,
-        check=Check(kind="answer", answer=keyed([(c.name, c.value) for c in chosen]) if answer is None else answer),
+        check=Check(kind="answer", answer=keyed([(c.name, c.value) for c in chosen])),
         solution=Solution(kind="values", names=names),
     )
 
