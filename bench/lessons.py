@@ -1,6 +1,6 @@
 """What RL teaches, each lesson a treatment against its ablation, over several training seeds.
 
-    python bench/lessons.py --seeds 0 1 2 [--parallel 2] [--root DIR] [--lessons strategy drop clarify]
+    python bench/lessons.py --seeds 0 1 2 [--parallel 2] [--root DIR] [--lessons strategy drop clarify summary]
 
 Per seed, the default recipe runs once (`harnessrl run seed=S`), and every other run starts from
 its SFT checkpoint: the strategy ablation as a pipeline sharing that run's cache (CPT and SFT are not
@@ -23,6 +23,10 @@ over seeds with its standard deviation (the spread between seeds):
                drop against negative, under each baseline; the step of the first malformed incident
     clarify    share of hard-lookup RL episodes that asked the user, first 5 steps and last 5, quirk
                against negative; the step of the first clarify incident
+    summary    held-out long-horizon success at the stage's context budget, the trained summary
+               against truncation and against the untrained summary (the RL checkpoint's); summary
+               tokens, trained against untrained; lookup success after the long-horizon stage
+               against before it (the eval's comparison in the default run: no extra runs)
 
 It writes lessons.json and two plots beside the runs: malformed rate per step (drop against
 negative) and clarify rate per step (quirk against the default reward). A run whose report exists is
@@ -68,6 +72,7 @@ LESSONS = {
     "strategy": ["default", "no_efficiency"],
     "drop": ["negative", "drop", "negative_batch", "drop_batch"],
     "clarify": ["negative", "quirk"],
+    "summary": ["default"],  # the eval's long-horizon comparison of the default run
 }
 WINDOW = 5  # steps averaged at the start and the end of RL
 
@@ -218,11 +223,26 @@ def lesson_rows(root: Path, seeds: list[int], lessons: list[str]) -> list[dict]:
         first = {n: [first_incident(root, s, n, "clarify") for s in seeds] for n in ("quirk", "negative")}
         rows.append({"lesson": "clarify", "metric": "first clarify incident, step", "treatment": first["quirk"],
                      "ablation": first["negative"], "difference": None})  # fmt: skip
+    if "summary" in lessons:
+        lh = [json.loads((run_dir(root, s, "default") / "report" / "report.json").read_text())["long_horizon"]
+              for s in seeds]  # fmt: skip
+        got = lambda method: [r[method]["success"]["value"] for r in lh]
+        add("summary", "long-horizon success, trained summary / truncation", got("trained_summary"),
+            got("truncation"))  # fmt: skip
+        add("summary", "long-horizon success, trained / untrained summary", got("trained_summary"),
+            got("untrained_summary"))  # fmt: skip
+        tokens = {m: [r[m]["summary_tokens"] for r in lh] for m in ("trained_summary", "untrained_summary")}
+        add("summary", "tokens per summary, trained / untrained", tokens["trained_summary"],
+            tokens["untrained_summary"])  # fmt: skip
+        lookup = {st: [strategy(eval_rows(root, s, "default", st, "lookup"))["success"] for s in seeds]
+                  for st in ("long_horizon", "rl")}  # fmt: skip
+        add("summary", "lookup success, after / before the long-horizon stage", lookup["long_horizon"], lookup["rl"])
     return rows
 
 
 def print_table(rows: list[dict], seeds: list[int]) -> None:
-    pairs = {"strategy": "default / no_efficiency", "drop": "drop / negative", "clarify": "quirk / default"}
+    pairs = {"strategy": "default / no_efficiency", "drop": "drop / negative", "clarify": "quirk / default",
+             "summary": "as the metric says"}  # fmt: skip
     print(f"\nseeds {seeds}; treatment and ablation: mean over seeds; difference: mean ± sd over seeds\n")
     head = f"{'lesson':<9} {'metric':<52} {'treatment':>10} {'ablation':>10} {'difference':>17}"
     print(head + "\n" + "-" * len(head))

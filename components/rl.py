@@ -42,6 +42,8 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     budgets = cfg.budgets()
     renderer = PromptRenderer(tok, model.config.max_position_embeddings)
     check_context(tasks, renderer, cfg, tag)
+    if cfg.context.policy == "summarize":
+        check_summaries(tasks, ctx.data_dir, renderer, cfg, tag)
 
     # Where episodes come from: a Ray fleet (async), or this process, sampling on vLLM or on the
     # trainer's own model (sync).
@@ -111,6 +113,29 @@ def check_context(tasks: list, renderer, cfg: RLConfig, tag: str) -> None:
             needs = f" plus a turn of stages.{tag}.max_new_tokens={turn}" if room > 1 else ""
             raise ValueError(f"{name}: {size} tokens cannot hold the opening prompt of task {task.id} (system "
                              f"prompt, {len(task.tools)} tool schemas, task: {opening} tokens){needs}")  # fmt: skip
+
+
+def check_summaries(tasks: list, data_dir, renderer, cfg: RLConfig, tag: str, sample: int = 8) -> None:
+    """Refuse a context the expert cannot work in: its episodes of the stage's first `sample` tasks,
+    in the stage's harness and counted in the policy's own tokens, must succeed with every turn kept
+    until they summarize. A budget too small for the summary cap once made the harness drop the first
+    search result before any summary, so no policy could answer, while the expert, summarizing from
+    private notes, still passed its sizing check (docs/lessons.md)."""
+    from harnessrl.harness.episode import run_task
+    from harnessrl.tasks.expert import Expert
+
+    budgets = cfg.budgets()
+    for task in tasks[:sample]:
+        traj = run_task(task, data_dir, Expert(task), budgets, count_tokens=renderer.count)
+        lost = [c for c in traj.compactions if c.kind == "truncate"]
+        where = f"stages.{tag}.context (budget {budgets.context.budget}, trigger {budgets.context.trigger}, " \
+                f"summary_max_tokens {budgets.context.summary_max_tokens})"  # fmt: skip
+        if lost:
+            raise ValueError(f"{where}: the expert's episode of task {task.id} lost turns before its summary "
+                             f"({lost[0].tokens_before} context tokens); raise the budget or lower the trigger")  # fmt: skip
+        if not traj.outcome.success:
+            raise ValueError(f"{where}: the expert fails task {task.id} in this harness "
+                             f"(stop: {traj.outcome.stop_reason}); size the context for its episodes")  # fmt: skip
 
 
 def rl(

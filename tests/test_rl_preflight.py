@@ -74,6 +74,32 @@ def test_an_opening_prompt_past_the_trigger_is_refused_before_any_episode(tiny_b
         check_context(tasks, PromptRenderer(tok, 64), lh, "long_horizon")
 
 
+def test_a_context_the_expert_cannot_summarize_in_is_refused(tiny_base: dict[str, Path]) -> None:
+    """The expert, in the stage's harness and the policy's tokens, must keep every turn until its
+    summary and solve the task: a budget too small for the summary cap once dropped the first search
+    result before any summary (docs/lessons.md), and no policy could have answered."""
+    from components.rl import check_summaries
+    from harnessrl.model.checkpoint import load
+    from harnessrl.model.prompts import PromptRenderer
+    from harnessrl.report.heldout import load_heldout
+
+    _, tok = load(tiny_base["base"])
+    renderer = PromptRenderer(tok, 1024)
+    tasks = load_heldout(tiny_base["data"], {"long_horizon": 1.0}, 2)
+    lh = compose(SMOKE).stages.long_horizon
+    check_summaries(tasks, tiny_base["data"], renderer, lh, "long_horizon")  # the recipe's own sizes hold
+
+    def sized(**context: int):
+        return lh.model_copy(update={"context": lh.context.model_copy(update=context)})
+
+    # The request after the second search leaves no room under a budget just past the trigger.
+    tight = sized(budget=lh.context.trigger + 8, summary_max_tokens=8)
+    with pytest.raises(ValueError, match=r"^stages.long_horizon.context \(budget .*lost turns before its summary"):
+        check_summaries(tasks, tiny_base["data"], renderer, tight, "long_horizon")
+    with pytest.raises(ValueError, match=r"the expert fails task long_horizon/\S+ in this harness \(stop: max_summ"):
+        check_summaries(tasks, tiny_base["data"], renderer, sized(max_summaries=0), "long_horizon")
+
+
 @pytest.mark.parametrize("resource", ["GPU", "rollout"])
 def test_a_local_run_asking_for_what_this_machine_lacks_exits_2_before_it_starts(
     resource: str, tmp_path: Path, capsys: pytest.CaptureFixture
