@@ -240,15 +240,17 @@ def _found(notes: list[str]) -> list[tuple[str, str]]:
 
 
 def summary(task: Task, notes: list[str], verbose: bool) -> str:
-    """What the expert keeps when its context is full: every value found so far, copied. A terse
-    summary is those values keyed by name ("A = 201, B = 738"), which the answer then repeats: the
-    tiny model copies a value after its name, not the k-th value of a list (docs/lessons.md). A
-    verbose one restates each search result whole and what is left to find, several times the tokens."""
+    """What the expert keeps when its context is full: every value found so far, copied by name
+    ("A = 201, B = 738"), which the answer then repeats: the tiny model copies a value after its name,
+    not the k-th value of a list (docs/lessons.md). A verbose summary starts the same way, one value a
+    line, then says where each was found and what is left to find: three times the tokens. Its
+    first line is a terse summary's start, so what RL must teach is where to stop."""
     if not verbose:
         return multi_lookup.keyed(_found(notes))
-    found = {name for name, _ in _found(notes)}
-    left = [n for n in task.solution.names or [] if n not in found]
-    return "\n".join([*notes, f"Still to find: {', '.join(left)}." if left else "All found."])
+    lines = [f"{name} = {value} ({note.rsplit(':', 1)[0]})"  # where: the result's path:line
+             for note, (name, value) in zip(notes, _found(notes), strict=True)]  # fmt: skip
+    left = [n for n in task.solution.names or [] if n not in {name for name, _ in _found(notes)}]
+    return "\n".join([*lines, f"Still to find: {', '.join(left)}." if left else "All found."])
 
 
 def guess(task: Task) -> Script:
