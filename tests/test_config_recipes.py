@@ -53,7 +53,7 @@ def test_gpu_recipe_builds_the_context_policy_it_names() -> None:
     assert budgets.max_turn_tokens == lh.max_new_tokens == 4096 and budgets.max_turns == lh.max_turns
     assert compose(["recipe=qwen_coder_7b"]).stages.rl.budgets().context.policy == "none"
     tiny = compose([]).stages.long_horizon.budgets().context
-    assert (tiny.policy, tiny.budget, tiny.trigger, tiny.summary_max_tokens) == ("summarize", 232, 144, 48)
+    assert (tiny.policy, tiny.budget, tiny.trigger, tiny.summary_max_tokens) == ("summarize", 232, 144, 52)
 
 
 BAD_OVERRIDES = [
