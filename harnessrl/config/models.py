@@ -69,7 +69,7 @@ class LongHorizonDataConfig(SuiteCounts):
     facts_min: int = Field(3, ge=2, description="constants a task asks for, at least")
     facts_max: int = Field(3, ge=2, description="constants a task asks for, at most")
     verbose_share: float = Field(
-        0.7, ge=0, le=1, description="share of the expert's conversations whose summaries restate whole search results"
+        0.7, ge=0, le=1, description="share of the expert's summaries that say where each value was found"
     )
     # The expert's harness, in its estimate of tokens (4 characters each): it summarizes after the
     # second search (~107), and its verbose conversations need a second summary before the answer.

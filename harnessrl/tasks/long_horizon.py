@@ -10,10 +10,10 @@ together need more context than the long-horizon stage's budget holds. So:
   them across the compaction, and the answer repeats it with the last value added.
 
 The answer is copied, never computed: a tiny model trained from scratch can learn it. The expert's
-summaries (tasks/expert.py) are faithful; on most tasks they are verbose, restating whole search
-results and what is left to find. A verbose summary saves too little room: the stage's context
+summaries (tasks/expert.py) are faithful; on most tasks they are verbose, adding where each value was
+found and what is left to find. A verbose summary saves too little room: the stage's context
 fills again before the answer, and the stage allows one summary. So the policy's summaries before RL
-are a real baseline, and RL has something to teach: what to keep.
+are a real baseline, and RL has something to teach: where to stop.
 """
 
 from __future__ import annotations
