@@ -116,26 +116,28 @@ def check_context(tasks: list, renderer, cfg: RLConfig, tag: str) -> None:
 
 
 def check_summaries(tasks: list, data_dir, renderer, cfg: RLConfig, tag: str, sample: int = 8) -> None:
-    """Refuse a context the expert cannot work in: its episodes of the stage's first `sample` tasks,
-    in the stage's harness and counted in the policy's own tokens, must succeed with every turn kept
-    until they summarize. A budget too small for the summary cap once made the harness drop the first
-    search result before any summary, so no policy could answer, while the expert, summarizing from
-    private notes, still passed its sizing check (docs/lessons.md)."""
+    """Refuse a context the expert cannot work in: its episodes of the first `sample` tasks of each
+    suite in the mix, in the stage's harness and counted in the policy's own tokens, must succeed with
+    every turn kept until they summarize. A budget too small for the summary cap once made the harness
+    drop the first search result before any summary, so no policy could answer, while the expert,
+    summarizing from private notes, still passed its sizing check (docs/lessons.md)."""
     from harnessrl.harness.episode import run_task
     from harnessrl.tasks.expert import Expert
 
     budgets = cfg.budgets()
-    for task in tasks[:sample]:
-        traj = run_task(task, data_dir, Expert(task), budgets, count_tokens=renderer.count)
-        lost = [c for c in traj.compactions if c.kind == "truncate"]
-        where = f"stages.{tag}.context (budget {budgets.context.budget}, trigger {budgets.context.trigger}, " \
-                f"summary_max_tokens {budgets.context.summary_max_tokens})"  # fmt: skip
-        if lost:
-            raise ValueError(f"{where}: the expert's episode of task {task.id} lost turns before its summary "
-                             f"({lost[0].tokens_before} context tokens); raise the budget or lower the trigger")  # fmt: skip
-        if not traj.outcome.success:
-            raise ValueError(f"{where}: the expert fails task {task.id} in this harness "
-                             f"(stop: {traj.outcome.stop_reason}); size the context for its episodes")  # fmt: skip
+    where = (f"stages.{tag}.context (budget {budgets.context.budget}, trigger {budgets.context.trigger}, "
+             f"summary_max_tokens {budgets.context.summary_max_tokens})")  # fmt: skip
+    for suite in sorted({t.suite for t in tasks}):
+        for task in [t for t in tasks if t.suite == suite][:sample]:
+            traj = run_task(task, data_dir, Expert(task), budgets, count_tokens=renderer.count)
+            lost = [c for c in traj.compactions if c.kind == "truncate"]
+            if lost:
+                raise ValueError(f"{where}: the expert's episode of task {task.id} lost turns before its "
+                                 f"summary ({lost[0].tokens_before} context tokens); raise the budget or lower "
+                                 f"the trigger")  # fmt: skip
+            if not traj.outcome.success:
+                raise ValueError(f"{where}: the expert fails task {task.id} in this harness "
+                                 f"(stop: {traj.outcome.stop_reason}); size the context for its episodes")  # fmt: skip
 
 
 def rl(

@@ -94,8 +94,9 @@ def test_a_context_the_expert_cannot_summarize_in_is_refused(tiny_base: dict[str
 
     # The request after the second search leaves no room under a budget just past the trigger.
     tight = sized(budget=lh.context.trigger + 8, summary_max_tokens=8)
+    lookups = load_heldout(tiny_base["data"], {"lookup": 1.0}, 2)  # a mix's other suite, listed first
     with pytest.raises(ValueError, match=r"^stages.long_horizon.context \(budget .*lost turns before its summary"):
-        check_summaries(tasks, tiny_base["data"], renderer, tight, "long_horizon")
+        check_summaries([*lookups, *tasks], tiny_base["data"], renderer, tight, "long_horizon", sample=2)
     with pytest.raises(ValueError, match=r"the expert fails task long_horizon/\S+ in this harness \(stop: max_summ"):
         check_summaries(tasks, tiny_base["data"], renderer, sized(max_summaries=0), "long_horizon")
 
