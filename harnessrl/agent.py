@@ -63,7 +63,7 @@ def run_agent(
     repo: Path,
     instruction: str,
     harness: HarnessSpec,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     answer_user: bool = True,
     count_tokens: TokenCounter | None = None,
 ) -> tuple[Trajectory, str]:
@@ -74,7 +74,7 @@ def run_agent(
         ws = create_workspace(repo, Path(tmp) / "ws", method="copy")
         ask = (lambda q: input(f"? {q}\n> ")) if answer_user and sys.stdin.isatty() else None
         ctx = ToolContext(workspace=ws, sandbox=Sandbox(ws, SandboxLimits(wall_s=120)), ask_user=ask)
-        streaming = Streaming(policy, out)
+        streaming = Streaming(policy, out or sys.stdout)  # looked up now: the caller may have redirected it
         traj = run_episode(streaming, instruction, select(harness.tools), ctx, budgets=harness.budgets,
                            system_prompt=harness.system_prompt, count_tokens=count_tokens)  # fmt: skip
         streaming.show_new(traj.messages)  # the results of the last turn
