@@ -153,7 +153,9 @@ def test_long_horizon_trains_through_its_summaries_in_either_mode(
     """The long-horizon stage is the RL loop with a context policy: summaries are sampled by the rollout
     engines (on Ray in async mode), come back as turns of the trajectory, and are trained on. A trigger
     49 tokens above the opening prompt (51 tokens) makes an episode summarize after each turn, and a
-    summary never comes before a turn. The briefly trained policy opens most turns with a tool call."""
+    summary never comes before a turn; three summaries let the expert answer after its three searches
+    (the stage refuses a context its expert cannot work in). The briefly trained policy opens most turns
+    with a tool call."""
     from components.long_horizon_rl import work as lh_work
     from harnessrl.rl import loop
 
@@ -165,7 +167,7 @@ def test_long_horizon_trains_through_its_summaries_in_either_mode(
 
     monkeypatch.setattr(loop, "reward_components", by_summary_length)
     lh = ["stages.long_horizon.steps=2", "stages.long_horizon.context.budget=400", "stages.long_horizon.context.trigger=100",
-          "stages.long_horizon.context.summary_max_tokens=12", "stages.long_horizon.context.max_summaries=2",
+          "stages.long_horizon.context.summary_max_tokens=12", "stages.long_horizon.context.max_summaries=3",
           "stages.long_horizon.overlong_mask=false", f"stages.long_horizon.mode={mode}",
           "stages.long_horizon.monitors.warmup_steps=100"]  # fmt: skip
     cfg = compose([*SMOKE, *lh])
@@ -178,4 +180,4 @@ def test_long_horizon_trains_through_its_summaries_in_either_mode(
     assert all(0 < r["summary_tokens"] <= 12 for r in rows) and all(r["trained_tokens"] > 0 for r in rows)
     harness = json.loads((out / "harness.json").read_text())
     assert harness["budgets"]["context"] == {"policy": "summarize", "budget": 400, "trigger": 100,
-                                             "summary_max_tokens": 12, "max_summaries": 2}  # fmt: skip
+                                             "summary_max_tokens": 12, "max_summaries": 3}  # fmt: skip

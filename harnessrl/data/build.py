@@ -265,7 +265,7 @@ def expert_segments(
     context reaches `cfg.trigger` (estimated tokens), so SFT learns the format of a summary turn and
     how to go on from one. Verbose summaries on a `verbose_share` of tasks, by each task's own coin."""
     unique = list({t.id: t for t in tasks}.values())
-    verbose = frozenset(t.id for t in unique if random.Random(f"verbose-{t.id}").random() < cfg.verbose_share)
+    verbose = frozenset(t.id for t in unique if _coin("verbose", t.id, cfg.verbose_share))
     context = ContextConfig(policy="summarize", budget=cfg.trigger + 100_000, trigger=cfg.trigger,
                             summary_max_tokens=100_000, max_summaries=cfg.max_summaries)  # fmt: skip
     budgets = Budgets(max_turns=cfg.max_turns, context=context)

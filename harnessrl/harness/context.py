@@ -12,7 +12,7 @@ Three policies, chosen per episode (config.ContextConfig):
   ends the episode (`max_summaries`). Nothing is dropped before the policy summarizes, except where a
   long tool result has carried the context past the budget itself: then the oldest turns go first
   (recorded as a truncation), rather than lose the episode. The RL stage refuses a context whose
-  expert would see a truncation on its tasks (components/rl.py, check_context).
+  expert would see a truncation on its tasks (components/rl.py, check_summaries).
 
 The harness counts context in the policy's own tokens, with the counter the caller gives it (a
 model's tokenizer and chat template); without one it estimates four characters per token.

@@ -343,16 +343,18 @@ def run_episode(
                 # summary can carry. The summary gets the room left under the budget, up to its cap.
                 # Only a tool result that carried the context past the budget itself, leaving no room at
                 # all, drops the oldest turns until a whole summary fits, rather than lose the episode.
-                if count([*context, request], rendered_tools) >= managed.budget:  # type: ignore[operator]
+                asked = [*context, request]
+                left = managed.budget - count(asked, rendered_tools)  # type: ignore[operator]
+                if left <= 0:
                     fits = lambda m: count([*m, request], rendered_tools) + managed.summary_max_tokens <= managed.budget
                     dropped = truncate_turns(context, len(opening), fits)
                     if dropped:
                         compactions.append(Compaction(kind="truncate", before_turn=len(turns), message=len(transcript),
                                                       tokens_before=used, tokens_after=count(context, rendered_tools),
                                                       dropped_turns=dropped))  # fmt: skip
-                asked = [*context, request]
-                cap = min(managed.summary_max_tokens, budgets.max_tokens - counts.tokens,
-                          managed.budget - count(asked, rendered_tools))  # type: ignore[operator]  # fmt: skip
+                        asked = [*context, request]
+                        left = managed.budget - count(asked, rendered_tools)  # type: ignore[operator]
+                cap = min(managed.summary_max_tokens, budgets.max_tokens - counts.tokens, left)
                 if cap <= 0:  # even the latest turn alone leaves no room for a summary
                     stop = "context_budget"
                     break

@@ -245,11 +245,12 @@ def summary(task: Task, notes: list[str], verbose: bool) -> str:
     not the k-th value of a list (docs/lessons.md). A verbose summary starts the same way, one value a
     line, then says where each was found and what is left to find: three times the tokens. Its
     first line is a terse summary's start, so what RL must teach is where to stop."""
+    found = _found(notes)
     if not verbose:
-        return multi_lookup.keyed(_found(notes))
+        return multi_lookup.keyed(found)
     lines = [f"{name} = {value} ({note.rsplit(':', 1)[0]})"  # where: the result's path:line
-             for note, (name, value) in zip(notes, _found(notes), strict=True)]  # fmt: skip
-    left = [n for n in task.solution.names or [] if n not in {name for name, _ in _found(notes)}]
+             for note, (name, value) in zip(notes, found, strict=True)]  # fmt: skip
+    left = [n for n in task.solution.names or [] if n not in dict(found)]
     return "\n".join([*lines, f"Still to find: {', '.join(left)}." if left else "All found."])
 
 
