@@ -1,4 +1,4 @@
-"""`harnessrl tasks build|import|stats|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
+"""`harnessrl tasks build|import|stats|attack|expert` and `harnessrl tools exec`: suites of tasks, and the harness's tools run by hand."""
 
 from __future__ import annotations
 
@@ -69,6 +69,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pi.add_argument("--heldout-repos", metavar="A,B", help="hold out these repos (owner/name) instead of a quarter")
     pi.add_argument("--seed", type=int, default=0, help="which quarter of the repos is held out (default: %(default)s)")
     pi.add_argument("--workers", type=int, default=4, help="rows validated at once (default: %(default)s)")
+    pa = tsub.add_parser(
+        "attack",
+        help="try to pass every check without doing the work: a table of what each attack got accepted",
+        description="Run scripted adversaries (harnessrl/tasks/attacks.py) on every task of a suite directory or "
+        "data folder, each an episode in the sandboxed harness with the task's own tools: do nothing, hedge, "
+        "empty the file, forge a test verdict, add a conftest.py, pytest.ini or pyproject.toml, shadow pytest, "
+        "stub, empty or break the workspace's tests, rename only the def, silence ruff by comment or config, "
+        "delete the flagged lines. Prints accepted/tried per suite and attack; exits 1 when any attack "
+        "passed a check, 0 when none did.",
+    )
+    pa.add_argument("suite_dir", type=Path, metavar="DIR", help="a suite directory or data folder")
+    pa.add_argument(
+        "--attack", action="append", metavar="NAME", help="only this attack (repeat for several; default: all)"
+    )
+    pa.add_argument("--split", choices=["train", "heldout", "all"], default="all", help="default: %(default)s")
+    pa.add_argument("--workers", type=int, default=4, help="concurrent episodes (default: %(default)s)")
+    pa.add_argument("--show", type=int, default=3, metavar="N", help="tasks listed per accepted attack (default: 3)")
     pe = tsub.add_parser(
         "expert",
         help="run the scripted expert on a suite and print its success rate",
@@ -137,9 +154,17 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             return 0
         splits = ["train", "heldout"] if args.split == "all" else [args.split]
         tasks = [t for s in splits for t in load_suite(args.suite_dir, s)]
+        if args.tasks_command == "attack":
+            from harnessrl.tasks.attacks import ATTACKS
+
+            unknown = [a for a in args.attack or [] if a not in ATTACKS]
+            if unknown:
+                raise KeyError(f"--attack: unknown {', '.join(unknown)}; attacks: {', '.join(ATTACKS)}")
     except (TaskFileError, FileNotFoundError, ValueError, KeyError) as e:
-        print(f"harnessrl: error: {e}", file=sys.stderr)
+        print(f"harnessrl: error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.tasks_command == "attack":
+        return _attack(args, tasks)
     runs = {"": None}
     if args.context_budget:
         from pydantic import ValidationError
@@ -168,6 +193,25 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     dt = time.time() - t0
     print(f"{episodes} episodes in {dt:.1f}s ({episodes / dt:.1f} episodes/s)")
     return 0
+
+
+def _attack(args: argparse.Namespace, tasks: list) -> int:
+    from harnessrl.tasks.attacks import accepted, run_attacks, table
+
+    t0 = time.time()
+    runs = run_attacks(tasks, args.suite_dir, args.attack, workers=args.workers)
+    for line in table(runs):
+        print(line)
+    passed = accepted(runs)
+    by_attack: dict[str, list[str]] = {}
+    for task_id, names in passed.items():
+        for name in names:
+            by_attack.setdefault(name, []).append(task_id)
+    for name, ids in by_attack.items():
+        more = f" and {len(ids) - args.show} more" if len(ids) > args.show else ""
+        print(f"{name} passed: {', '.join(ids[: args.show])}{more}")
+    print(f"{len(runs)} attack episodes on {len(tasks)} tasks in {time.time() - t0:.1f}s")
+    return 1 if passed else 0
 
 
 def cmd_tools(args: argparse.Namespace) -> int:

@@ -469,7 +469,7 @@ def run_task(
                 task.instruction,
                 select(task.tools),
                 ctx,
-                checker=make_checker(task, python),
+                checker=make_checker(task, python, Path(suite_dir) / task.repo),
                 budgets=budgets,
                 system_prompt=task_system_prompt(task.tools),
                 task_id=task.id,

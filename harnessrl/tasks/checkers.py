@@ -16,10 +16,13 @@ never written in place), then its FAIL_TO_PASS and PASS_TO_PASS ids run under re
 
 from __future__ import annotations
 
+import ast
 import base64
 import contextlib
+import json
 import os
 import re
+import secrets
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any
 from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits, replace_file
 from harnessrl.harness.tools.base import confine, dir_beneath
 from harnessrl.harness.tools.terminal import PYTHON, summarize_pytest
+from harnessrl.tasks.diffs import parse_patch
 from harnessrl.tasks.task import Check, Task
 
 # (workspace, final answer or None) -> (success, details). Raising counts as failure.
@@ -37,6 +41,7 @@ WORKSPACE_IMPORTS = """\
 import importlib
 import importlib.machinery
 import inspect
+import os
 import runpy
 import sys
 import traceback
@@ -66,19 +71,31 @@ sys.meta_path.insert(0, WorkspaceFinder)
 """
 
 RUNNER = """
-tests = runpy.run_path("test_check.py", run_name="test_check")
-passed = failed = 0
-for name in sorted(n for n in tests if n.startswith("test_")):
-    try:
-        tests[name]()
-        passed += 1
-    except Exception:
-        failed += 1
-        print("FAILED", name)
-        traceback.print_exc(limit=-1)
-print(f"== {failed} failed, {passed} passed in 0s ==")
-raise SystemExit(1 if failed or not passed else 0)
+
+def main():
+    with open("nonce") as f:
+        nonce = f.read()
+    os.unlink("nonce")
+    tests = runpy.run_path("test_check.py", run_name="test_check")
+    passed = failed = 0
+    for name in sorted(n for n in tests if n.startswith("test_")):
+        try:
+            tests[name]()
+            passed += 1
+        except Exception:
+            failed += 1
+            print("FAILED", name)
+            traceback.print_exc(limit=-1)
+    print(f"== {failed} failed, {passed} passed {nonce} ==", flush=True)
+    raise SystemExit(1 if failed or not passed else 0)
+
+
+main()
 """
+# The verdict is the runner's last line, stamped with a nonce the workspace never sees on disk: a
+# module that prints a summary of its own and exits (os._exit(0) on import) forges no pass. Code in
+# the same process could still dig the nonce out of the runner's frame; docs/data.md says so.
+_VERDICT = re.compile(r"^== (\d+) failed, (\d+) passed (\S+) ==$", re.MULTILINE)
 
 ENV = "PYTHONHASHSEED=0"
 
@@ -88,14 +105,14 @@ def _drop(name: str, text: str) -> str:
     return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > {name}"
 
 
-def python_command(files: dict[str, str], argv: list[str], python: str = PYTHON) -> str:
+def python_command(files: dict[str, str], argv: list[str], python: str = PYTHON, cwd: str = "/tmp/check") -> str:
     """A shell command that writes `files` into a fresh /tmp/check and runs `python` (the harness's
-    own, or a source environment's) with `-P argv` there (-P: the cwd is not put on sys.path), the
+    own, or a source environment's) with `-P argv` in `cwd` (-P: the cwd is not put on sys.path), the
     workspace's packages importable. HARNESSRL_PYTHON names the harness's own interpreter, for a
     check that needs the harness's tools (ruff) whatever interpreter runs it."""
     drops = " && ".join(_drop(n, t) for n, t in files.items())
     run = f"{ENV} HARNESSRL_PYTHON={shlex.quote(PYTHON)} {shlex.join([python, '-P', *argv])}"
-    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && {run}"
+    return f"mkdir -p /tmp/check && cd /tmp/check && {drops} && cd {cwd} && {run}"
 
 
 def check_sandbox(workspace: Path, timeout_s: float, python: str = PYTHON) -> Sandbox:
@@ -109,16 +126,24 @@ def run_check(
 ) -> tuple[bool, dict[str, Any]]:
     """Run the hidden test file against the workspace with `python`; success is every test function passing."""
     imports = WORKSPACE_IMPORTS.format(packages=sorted(packages), root=SANDBOX_ROOT)
-    files = {"test_check.py": test, "run_check.py": imports + RUNNER}
+    nonce = secrets.token_hex(16)
+    files = {"test_check.py": test, "run_check.py": imports + RUNNER, "nonce": nonce}
     res = check_sandbox(workspace, timeout_s, python).run(python_command(files, ["run_check.py"], python))
-    counts = summarize_pytest(res.output)
-    ok = res.exit_code == 0 and counts["passed"] > 0
+    verdicts = [v for v in _VERDICT.findall(res.output) if v[2] == nonce]
+    failed, passed = (int(verdicts[-1][0]), int(verdicts[-1][1])) if verdicts else (0, 0)
+    # Every test function of the file must have run and passed: a module that ends the process
+    # part-way (os._exit on import) leaves no stamped verdict, or fewer passes than the file holds.
+    ok = res.exit_code == 0 and failed == 0 and passed == len(test_functions(test)) > 0
+    counts = {**summarize_pytest(res.output), "passed": passed, "failed": failed}
     return ok, {**counts, "exit_code": res.exit_code, "timed_out": res.timed_out, "output": res.output[-2000:]}
 
 
-# -- SWE-bench rows ----------------------------------------------------------------------------
+def test_functions(test: str) -> list[str]:
+    """The test_* functions a hidden test file defines at its top level."""
+    return [n.name for n in ast.parse(test).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
 
-_PASSED = re.compile(r"^PASSED (\S.*?)\s*$", re.MULTILINE)
+
+# -- SWE-bench rows ----------------------------------------------------------------------------
 
 
 def write_test_files(workspace: Path, files: dict[str, str | None]) -> None:
@@ -140,26 +165,109 @@ def write_test_files(workspace: Path, files: dict[str, str | None]) -> None:
             os.close(dfd)
 
 
-def run_swe_check(workspace: Path, check: Check, python: str = PYTHON) -> tuple[bool, dict[str, Any]]:
-    """Write the hidden test files, run the files of FAIL_TO_PASS + PASS_TO_PASS with pytest in the
-    sandbox (`python`: the harness's own, or the task's environment's; from /workspace, plugins not autoloaded as in run_tests);
-    success is every listed id reported PASSED. The workspace is changed: run it on an episode's copy, never a snapshot."""
-    write_test_files(workspace, check.test_files)
+# What pytest reads besides the tests themselves: a copy the agent adds or edits could skip,
+# deselect or forge every test. The check takes each from the task's snapshot (or removes it), as it
+# takes the tests. A `pytest.py` at the root would stand in for pytest itself.
+TEST_CONFIG = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "pytest.py"}
+
+# Runs pytest for the swe check: pytest is imported before /workspace is on sys.path (python -P), and
+# the verdict is this plugin's, stamped with a nonce read (and deleted) before any workspace code runs.
+SWE_RUNNER = """\
+import json
+import os
+import sys
+
+import pytest
+
+
+class Verdict:
+    def __init__(self, nonce):
+        self.nonce, self.outcome = nonce, {{}}
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.outcome[report.nodeid] = "failed"
+        elif report.when == "call" and report.passed:
+            self.outcome.setdefault(report.nodeid, "passed")
+
+    def pytest_sessionfinish(self, session):
+        passed = sorted(n for n, o in self.outcome.items() if o == "passed")
+        print("\\nHARNESSRL-VERDICT", self.nonce, json.dumps(passed), flush=True)
+
+
+with open("/tmp/check/nonce") as f:
+    verdict = Verdict(f.read())
+os.unlink("/tmp/check/nonce")
+sys.path.insert(0, "/workspace")
+raise SystemExit(pytest.main({args!r}, plugins=[verdict]))
+"""
+_SWE_VERDICT = re.compile(r"^HARNESSRL-VERDICT (\S+) (\[.*\])$", re.MULTILINE)
+
+
+def _text_files(root: Path) -> dict[str, Path]:
+    """Every regular file under root by its relative path; symlinks are neither followed nor listed."""
+    found = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not os.path.islink(os.path.join(d, x))]
+        for name in files:
+            full = os.path.join(d, name)
+            if not os.path.islink(full):
+                found[os.path.relpath(full, root)] = Path(full)
+    return found
+
+
+def task_test_files(workspace: Path, snapshot: Path, check: Check, keep: set[str]) -> dict[str, str | None]:
+    """What the swe check writes over the workspace before running pytest: the task's own tests and
+    test config, never the agent's. Every file under a directory that holds a listed test file, and
+    every file pytest reads as config (TEST_CONFIG), is restored from the snapshot or removed where
+    the snapshot has none; then the row's test_patch files. `keep`: files the gold patch changes,
+    which the fix may change too."""
+    ids = [*check.fail_to_pass, *check.pass_to_pass]
+    dirs = {str(Path(i.split("::")[0]).parent) for i in ids} - {"."}
+    named = {i.split("::")[0] for i in ids}
+    protected = lambda rel: (
+        rel in named or os.path.basename(rel) in TEST_CONFIG or any(rel.startswith(d + "/") for d in dirs)
+    )
+    theirs, ours = _text_files(workspace), _text_files(snapshot)
+    files: dict[str, str | None] = {}
+    for rel in sorted(set(theirs) | set(ours)):
+        if rel in keep or not protected(rel):
+            continue
+        try:
+            files[rel] = ours[rel].read_text() if rel in ours else None
+        except UnicodeDecodeError:
+            continue  # a binary fixture: left as the workspace has it
+    return {**files, **check.test_files}
+
+
+def run_swe_check(
+    workspace: Path, check: Check, python: str = PYTHON, snapshot: Path | None = None, keep: set[str] = frozenset()
+) -> tuple[bool, dict[str, Any]]:
+    """Write the task's tests and test config over the workspace (task_test_files; with no
+    `snapshot`, the row's test_patch files only), run the files of FAIL_TO_PASS + PASS_TO_PASS with
+    pytest in the sandbox (`python`: the harness's own, or the task's environment's; from
+    /workspace, plugins not autoloaded as in run_tests); success is every listed id passing, by the
+    runner's own verdict. The workspace is changed: run it on an episode's copy, never a snapshot."""
+    write_test_files(workspace, task_test_files(workspace, snapshot, check, keep) if snapshot else check.test_files)
     # Whole files, not node ids: pytest stops at a node id it cannot collect (a test file importing
     # what the fix adds), which would fail every PASS_TO_PASS id with it; a missing file, likewise.
     ids = [*check.fail_to_pass, *check.pass_to_pass]
     paths = [f for f in dict.fromkeys(i.split("::")[0] for i in ids) if (workspace / f).exists()]
-    argv = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no"]
-    argv += ["--continue-on-collection-errors", "--", *paths]
-    command = f"{ENV} PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {shlex.join(argv)}"
+    args = ["-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no", "--continue-on-collection-errors"]
+    nonce = secrets.token_hex(16)
+    files = {"nonce": nonce, "run_swe.py": SWE_RUNNER.format(args=[*args, "--", *paths])}
+    command = python_command(files, ["/tmp/check/run_swe.py"], python, cwd=SANDBOX_ROOT)
+    command = f"export PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && {command}"
     res = check_sandbox(workspace, check.timeout_s, python).run(command)
-    passed = set(_PASSED.findall(res.output))
+    verdicts = [json.loads(v) for n, v in _SWE_VERDICT.findall(res.output) if n == nonce]
+    passed = set(verdicts[-1]) if verdicts else set()
     f2p = sum(i in passed for i in check.fail_to_pass)
     p2p = sum(i in passed for i in check.pass_to_pass)
     ok = not res.timed_out and f2p == len(check.fail_to_pass) and p2p == len(check.pass_to_pass)
     return ok, {
         "fail_to_pass": {"passed": f2p, "total": len(check.fail_to_pass)},
         "pass_to_pass": {"passed": p2p, "total": len(check.pass_to_pass)},
+        "passed_ids": sorted(passed),
         **summarize_pytest(res.output),
         "exit_code": res.exit_code,
         "timed_out": res.timed_out,
@@ -200,9 +308,10 @@ def answer_matches(expected: str, answer: str | None) -> bool:
     return False
 
 
-def make_checker(task: Task, python: str = PYTHON) -> Checker:
+def make_checker(task: Task, python: str = PYTHON, snapshot: Path | None = None) -> Checker:
     """The task's checker, for run_episode(checker=...): (workspace, final_answer) -> (success, details).
-    Code checks run with `python`: the task's environment's interpreter (harnessrl/data/envs.py), if any."""
+    Code checks run with `python`: the task's environment's interpreter (harnessrl/data/envs.py), if any.
+    `snapshot` (the task's repo, untouched) is where a swe check takes the tests and test config from."""
     check = task.check
     if check.kind == "answer":
         expected = check.answer or ""
@@ -213,7 +322,8 @@ def make_checker(task: Task, python: str = PYTHON) -> Checker:
         return check_answer
 
     if check.kind == "swe":
-        return lambda workspace, answer: run_swe_check(workspace, check, python)
+        keep = {f.path for f in parse_patch(task.solution.patch)} if task.solution.patch else set()
+        return lambda workspace, answer: run_swe_check(workspace, check, python, snapshot, keep)
 
     def check_tests(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
         return run_check(workspace, check.test or "", check.packages, check.timeout_s, python)

@@ -24,9 +24,31 @@ PARAM = "offset"
 Rows = dict[str, list[tuple[str, str, str]]]  # module -> (function, args, repr of the answer)
 
 
+IDENTIFIERS = """\
+def identifiers(path):  # every name a module defines, uses, imports or reads as an attribute
+    import ast
+
+    with open("/workspace/" + path) as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            found.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            found.add(n.attr)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(n.name)
+        elif isinstance(n, ast.alias):
+            found.update([n.name.split(".")[-1], n.asname or ""])
+    return found
+"""
+
+
 def _test(repo: Repo, rows: Rows, extra: list[str], rename: tuple[str, str] | None = None) -> str:
     """A hidden pytest file: every module imports, `extra` holds, and every probed answer still holds."""
-    lines = ["import importlib", "import inspect  # noqa: F401", "", "", "def test_modules_import():"]
+    lines = ["import importlib", "import inspect  # noqa: F401", "", ""]
+    lines += [*IDENTIFIERS.splitlines(), "", ""] if rename else []
+    lines += ["def test_modules_import():"]
     lines += [f"    importlib.import_module({m!r})" for m in repo.modules()]
     lines += ["", "", "def test_requested_change():", *extra]
     for i, (module, answers) in enumerate(sorted(rows.items())):
@@ -43,10 +65,14 @@ def rename_task(
     """Rename `fn` to a fresh name everywhere: every module must still import and behave."""
     new = _fresh(rng, names)
     mod = module_of(fn.path)
+    paths = sorted(p for p in repo.files if p.endswith(".py"))
     extra = [
         f"    m = importlib.import_module({mod!r})",
         f"    assert not hasattr(m, {fn.name!r})",
         f"    assert callable(m.{new})",
+        # Every use renamed, not only the def: a caller no probe reaches would still name the old one.
+        f"    for path in {paths!r}:",
+        f"        assert {fn.name!r} not in identifiers(path), path",
     ]
     return Task(
         id=f"{SUITE}/{rel.split('/')[-1]}/rename",

@@ -103,6 +103,12 @@ def rename(task: Task) -> Script:
     pending: dict[str, list[str]] = {}
     for path, _, text in grep_hits(out):
         pending.setdefault(path, []).append(text)
+    # A line that occurs twice in a file is no unique old_str: such a file is renamed in one command.
+    repeats = [p for p, lines in pending.items() if len(set(lines)) < len(lines)]
+    if repeats:
+        yield turn(*(call("run_terminal", command=f"sed -i -E 's/\\b{old}\\b/{new}/g' {p}") for p in repeats))
+    for p in repeats:
+        pending[p] = []
     # One edit per file per turn: edits to different files are independent and go in parallel; two
     # edits of one file in one turn would race on its content.
     while any(pending.values()):
@@ -282,7 +288,39 @@ SCRIPTS = {
 HABITS = ("guess", "verbose", "parallel", "ask")
 
 
-class Expert:
+def turn_outputs(messages: list[dict[str, Any]]) -> list[str]:
+    """The last turn's tool results: the tool messages at the end of the conversation."""
+    outputs: list[str] = []
+    for m in reversed(messages):
+        if m["role"] != "tool":
+            break
+        outputs.insert(0, m["content"])
+    return outputs
+
+
+class Scripted:
+    """The harness Policy that plays a Script: each turn is the next text it yields, sent the tool
+    outputs of the turn before. A script that ends says "done"; one that raises fails its episode
+    with the error as its last turn, visibly (a script that drifted from the repo)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script, self.started = script, False
+
+    def _advance(self, outputs: list[str]) -> str:
+        try:
+            text = self.script.send(outputs) if self.started else next(self.script)
+        except StopIteration:
+            text = "done"
+        except Exception as e:
+            text = f"expert script failed: {type(e).__name__}: {e}"
+        self.started = True
+        return text
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
+        return AssistantTurn(text=self._advance(turn_outputs(messages)))
+
+
+class Expert(Scripted):
     """The harness Policy for one episode of one task, with one of the HABITS or none. Asked to summarize
     (harnessrl/harness/context.py), it takes in the results it has not yet seen, then writes its summary
     from its notes."""
@@ -293,39 +331,24 @@ class Expert:
         self.task, self.verbose = task, habit == "verbose"
         self.notes: list[str] = []
         if task.suite == "hard_lookup":
-            self.script = annotated(task, habit)
+            script = annotated(task, habit)
         elif habit == "guess":
-            self.script = guess(task)
+            script = guess(task)
         elif task.suite == "long_horizon":
-            self.script = values(task, self.notes)
+            script = values(task, self.notes)
         elif task.suite == "multi_lookup":
-            self.script = keyed_values(task, parallel=habit == "parallel")
+            script = keyed_values(task, parallel=habit == "parallel")
         else:
-            self.script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
-        self.started = False
+            script = SCRIPTS[task.suite if task.suite != "edit" else task.solution.kind](task)
+        super().__init__(script)
         self.pending: str | None = None  # the next turn, worked out before a summary
-
-    def _advance(self, outputs: list[str]) -> str:
-        try:
-            text = self.script.send(outputs) if self.started else next(self.script)
-        except StopIteration:
-            text = "done"
-        except Exception as e:  # a script that drifted from the repo fails its episode, visibly
-            text = f"expert script failed: {type(e).__name__}: {e}"
-        self.started = True
-        return text
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> AssistantTurn:
         summarize = messages[-1]["role"] == "user" and messages[-1]["content"] == SUMMARIZE_REQUEST
         if self.pending is not None and not summarize:
             text, self.pending = self.pending, None
             return AssistantTurn(text=text)
-        tail = messages[:-1] if summarize else messages
-        outputs = []
-        for m in reversed(tail):  # this turn's tool results: the tool messages since the last turn
-            if m["role"] != "tool":
-                break
-            outputs.insert(0, m["content"])
+        outputs = turn_outputs(messages[:-1] if summarize else messages)
         if summarize:
             if outputs and self.pending is None:
                 self.pending = self._advance(outputs)

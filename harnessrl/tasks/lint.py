@@ -3,14 +3,17 @@
 From a repository (a real source's copy, or a generated repo), for a module that ruff finds clean:
   - unused_import: `import <module>` of a standard-library module the file never names (F401);
   - undefined_name: one use of a function's parameter misspelt into a name nothing defines (F821).
-The hidden check runs ruff on the file with just those rules (`--isolated`: the repository's own
-ruff settings never apply), imports the module, and asserts every answer its functions gave when
-probed before the change, so deleting the function, or the line, fails it.
+The hidden check runs ruff on the file with just those rules (`--isolated`: no ruff settings the
+agent writes apply; `--ignore-noqa`: no suppression comment does), requires the file's syntax tree to
+be the original's (so the only change the fix may make is undoing the planted one: deleting the line,
+the function or the file fails), imports the module, and asserts every answer its functions gave
+when probed before the change.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import random
@@ -34,6 +37,8 @@ PER_FILE = 4  # plantings a file may get, alternating the kinds
 UNUSED = ["textwrap", "fractions", "decimal", "statistics", "bisect", "heapq", "colorsys", "calendar", "shlex"]
 
 CHECK = """\
+import ast
+import hashlib
 import importlib
 import os
 import subprocess
@@ -42,9 +47,15 @@ import sys
 
 def test_lint_clean():  # the harness's ruff: a source's environment has none
     python = os.environ.get("HARNESSRL_PYTHON", sys.executable)
-    r = subprocess.run([python, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", {rules!r},
-                        "/workspace/{path}"], capture_output=True, text=True)
+    r = subprocess.run([python, "-m", "ruff", "check", "--no-cache", "--isolated", "--ignore-noqa", "--select",
+                        {rules!r}, "/workspace/{path}"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_only_the_planted_change_undone():  # the code is the original's, whatever its layout
+    with open("/workspace/{path}") as f:
+        tree = ast.dump(ast.parse(f.read()))
+    assert hashlib.sha256(tree.encode()).hexdigest() == {digest!r}
 
 
 def test_module_imports():
@@ -54,7 +65,8 @@ def test_module_imports():
 
 def dirty_files(root: Path) -> set[str]:
     """Files ruff already flags for the suite's rules: a task planted there would have two answers."""
-    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", RULES, "--output-format", "json", "."]
+    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--isolated", "--ignore-noqa", "--select", RULES]
+    cmd += ["--output-format", "json", "."]
     res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     found = json.loads(res.stdout or "[]")
     return {Path(v["filename"]).resolve().relative_to(root.resolve()).as_posix() for v in found}
@@ -151,7 +163,8 @@ def repo_tasks(
         (out / rel / path).unlink()  # a hardlink: write a new file, never into the shared one
         (out / rel / path).write_text(mutated)
         module = module_of(path)
-        test = CHECK.format(rules=RULES, path=path, module=module)
+        digest = hashlib.sha256(ast.dump(ast.parse(original)).encode()).hexdigest()
+        test = CHECK.format(rules=RULES, path=path, module=module, digest=digest)
         probed = rows.get(module, [])
         if probed:
             test += (

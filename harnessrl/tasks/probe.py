@@ -183,7 +183,7 @@ def holding(
     for i, (m, row) in enumerate(flat):
         test += f"\n\ndef test_{i}():\n    m = importlib.import_module({m!r})\n" + "\n".join(assertions("m.", [row]))
     imports = WORKSPACE_IMPORTS.format(packages=sorted(packages), root=SANDBOX_ROOT)
-    files = {"test_check.py": test + "\n", "run_check.py": imports + RUNNER}
+    files = {"test_check.py": test + "\n", "run_check.py": imports + RUNNER, "nonce": "probe"}
     res = check_sandbox(repo_dir, 120.0, python).run(python_command(files, ["run_check.py"], python))
     if "== " not in res.output:  # the run itself failed (a timeout, a crash): trust no row
         return {}
