@@ -40,7 +40,7 @@ def test_rl_steps_log_the_objective_and_the_monitors(tiny_base: dict[str, Path],
         assert r["staleness"] == 0.0 and r["trained_tokens"] > 0 and r["grad_norm"] > 0
         assert 0 <= r["clip_frac"] <= 1 and 0 <= r["tis/truncated_frac"] <= 1
         assert r["entropy"] > 0 and 0 <= r["uniform_groups"] <= 1 and r["refill_groups"] == 0  # refill is off
-        assert {"hack/malformed", "hack/clarify", "hack/test_tamper", "hack/unsupported_answer"} <= set(r)
+        assert {"hack/malformed", "hack/clarify", "hack/check_tamper", "hack/unsupported_answer"} <= set(r)
         assert {"reward/outcome", "reward/malformed", "reward/turns"} <= set(r)
     # The untrained base model answers at once with a guess no tool output backs: that monitor fires.
     incidents = read_incidents(out / "incidents.jsonl")
