@@ -1,4 +1,4 @@
-"""Per-source environments (harnessrl/data/envs.py): a source with requirements gets a venv built from
+"""Per-source environments (harnessrl/sources/envs.py): a source with requirements gets a venv built from
 them, its lock recorded in the data folder and sources.json, and its tasks, checks and probes run that
 venv's Python in the sandbox; a stdlib-only source gets none.
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from harnessrl.config import Budgets, SourceConfig
-from harnessrl.data.envs import EnvError, build_env, cache_root, env_python, requirements_of
-from harnessrl.data.sources import SourceError, read_sources, write_sources
 from harnessrl.harness.episode import AssistantTurn, run_task
 from harnessrl.harness.sandbox import PYTHON, Sandbox
+from harnessrl.sources.copies import SourceError, read_sources, write_sources
+from harnessrl.sources.envs import EnvError, build_env, cache_root, env_python, requirements_of
 from harnessrl.tasks.checkers import run_check
 from harnessrl.tasks.expert import call, turn
 from harnessrl.tasks.mine import mine_sources

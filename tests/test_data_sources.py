@@ -13,7 +13,7 @@ import pytest
 from harnessrl.config import DataConfig, SourceConfig, StoreConfig
 from harnessrl.data.build import build
 from harnessrl.data.corpus import corpus_texts
-from harnessrl.data.sources import SourceError, copy_source, read_sources
+from harnessrl.sources.copies import SourceError, copy_source, read_sources
 from harnessrl.tasks.task import load_tasks
 from tests.conftest import needs_bwrap
 from tests.s3_server import S3, s3  # noqa: F401

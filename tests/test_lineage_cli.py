@@ -97,7 +97,7 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
 
 
 def test_show_lists_the_sources_the_data_came_from(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from harnessrl.data.sources import SourceInfo, write_sources
+    from harnessrl.sources.copies import SourceInfo, write_sources
 
     data = make_data(tmp_path / "d")
     write_sources(data, [SourceInfo("email", "stdlib:email", "train", "tree:" + "ab" * 32, "PSF-2.0", 29, 377753),

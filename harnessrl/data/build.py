@@ -40,10 +40,10 @@ from harnessrl.config import (
     config_hash,
 )
 from harnessrl.data.corpus import build_corpus, source_files
-from harnessrl.data.sources import write_sources
 from harnessrl.harness.episode import Trajectory, prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
+from harnessrl.sources.copies import write_sources
 from harnessrl.tasks import hard_lookup, long_horizon, lookup, multi_lookup, swe
 from harnessrl.tasks.expert import expert_trajectories
 from harnessrl.tasks.mine import mine_sources

@@ -25,7 +25,6 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.config import Budgets
-from harnessrl.data.envs import env_python
 from harnessrl.harness.context import (
     SUMMARIZE_REQUEST,
     TokenCounter,
@@ -46,6 +45,7 @@ from harnessrl.harness.protocol import (
 from harnessrl.harness.sandbox import PYTHON, Sandbox, SandboxLimits, create_workspace, remove_workspace
 from harnessrl.harness.spec import system_prompt as task_system_prompt
 from harnessrl.harness.tools import Tool, ToolContext, ToolError, select, truncate
+from harnessrl.sources.envs import env_python
 from harnessrl.tasks.checkers import Checker, make_checker
 from harnessrl.tasks.task import Task
 

@@ -190,7 +190,7 @@ def _python_prefixes() -> list[str]:
 
 def env_prefix(python: str) -> str | None:
     """The virtualenv folder of an interpreter `<venv>/bin/python` (it holds pyvenv.cfg), unless it is
-    the harness's own: a source's environment (harnessrl/data/envs.py), which the sandbox binds read-only."""
+    the harness's own: a source's environment (harnessrl/sources/envs.py), which the sandbox binds read-only."""
     prefix = os.path.dirname(os.path.dirname(python))
     if not os.path.isfile(os.path.join(prefix, "pyvenv.cfg")) or os.path.realpath(prefix) in _python_prefixes():
         return None

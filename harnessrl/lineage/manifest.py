@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.config import config_hash
-from harnessrl.data.sources import read_sources
 from harnessrl.io import file_digest, tree_digest, write_json
+from harnessrl.sources.copies import read_sources
 
 MANIFEST = "manifest.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -310,7 +310,7 @@ def answer_matches(expected: str, answer: str | None) -> bool:
 
 def make_checker(task: Task, python: str = PYTHON, snapshot: Path | None = None) -> Checker:
     """The task's checker, for run_episode(checker=...): (workspace, final_answer) -> (success, details).
-    Code checks run with `python`: the task's environment's interpreter (harnessrl/data/envs.py), if any.
+    Code checks run with `python`: the task's environment's interpreter (harnessrl/sources/envs.py), if any.
     `snapshot` (the task's repo, untouched) is where a swe check takes the tests and test config from."""
     check = task.check
     if check.kind == "answer":

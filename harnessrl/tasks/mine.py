@@ -1,6 +1,6 @@
 """Tasks mined from a real repository: the suites that generated repos get, on code people wrote.
 
-`mine_sources` copies each source in (harnessrl/data/sources.py), builds its environment, and keeps
+`mine_sources` copies each source in (harnessrl/sources/copies.py), builds its environment, and keeps
 what `mine` makes of it that validates. `mine` reads a source's copy and makes up to `wants[suite]`
 candidate tasks of each suite:
 
@@ -33,10 +33,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
-from harnessrl.data.envs import EnvError, build_env, env_python
-from harnessrl.data.sources import SourceError, SourceInfo, copy_source
 from harnessrl.harness.episode import Trajectory
 from harnessrl.harness.sandbox import PYTHON
+from harnessrl.sources.copies import SourceError, SourceInfo, copy_source
+from harnessrl.sources.envs import EnvError, build_env, env_python
 from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
 from harnessrl.tasks.bugfix import top_level_names
 from harnessrl.tasks.probe import module_of, probe_functions, repo_functions
@@ -204,7 +204,7 @@ def mine_sources(
     use_ray: bool = False,
 ) -> tuple[dict[str, list[Task]], dict[str, Trajectory], list[SourceInfo], dict]:
     """Copy each source into `out/repos/<split>/<name>`, build its environment if it has dependencies
-    (`out/envs/<name>`, harnessrl/data/envs.py), mine up to `src.tasks[suite]` candidates of each
+    (`out/envs/<name>`, harnessrl/sources/envs.py), mine up to `src.tasks[suite]` candidates of each
     suite from it, and keep the valid ones (run, as every episode of them, with the environment's
     Python). Returns the kept tasks by split, the expert's episode of each (by task id), what was
     copied, and per source and suite: candidates, kept, drops by reason and the expert's success

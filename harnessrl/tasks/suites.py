@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harnessrl.config import SourceConfig
-from harnessrl.data.sources import write_sources
 from harnessrl.io import atomic_dir
+from harnessrl.sources.copies import write_sources
 from harnessrl.tasks import bugfix, edit, hard_lookup, lint, long_horizon, lookup, multi_lookup
 from harnessrl.tasks.mine import mine_sources
 from harnessrl.tasks.task import SPLITS, Task, split_of, write_suite_info, write_tasks

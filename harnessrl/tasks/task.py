@@ -78,7 +78,7 @@ class Task(BaseModel):
     source: str | None = Field(None, description="the data source it was mined from (None: generated repos)")
     env: str | None = Field(
         None,
-        description="its source's environment folder, relative to the suite dir (harnessrl/data/envs.py): "
+        description="its source's environment folder, relative to the suite dir (harnessrl/sources/envs.py): "
         "checks, probes and the terminal tools run that environment's Python (None: the harness's own)",
     )
     check: Check

@@ -11,7 +11,7 @@ data version never depends on a checkout that may move later. What was read is p
 
 A source's dependency files at its root (requirements.txt, pyproject.toml) are always copied, whatever
 its `include` says, unless `exclude` names them: its environment is built from them
-(harnessrl/data/envs.py), and recorded as the source's `env`.
+(harnessrl/sources/envs.py), and recorded as the source's `env`.
 
 A source whose root is a package (it has `__init__.py`) keeps its name as a folder, so its modules
 import as they do where it came from (`email/utils.py` imports as `email.utils`).
@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
-from harnessrl.data.envs import ENV_FILES, EnvInfo
 from harnessrl.harness.tools.files import SKIP_DIRS
+from harnessrl.sources.envs import ENV_FILES, EnvInfo
 
 # A source file bigger than this is data, not code a task could be about; it is left out of the copy.
 MAX_FILE_BYTES = 256 << 10
@@ -54,7 +54,7 @@ class SourceInfo:
     license: str | None
     files: int
     bytes: int
-    env: EnvInfo | None = None  # its environment, for a source with dependencies (harnessrl/data/envs.py)
+    env: EnvInfo | None = None  # its environment, for a source with dependencies (harnessrl/sources/envs.py)
 
 
 def root_of(cfg: SourceConfig) -> Path:
