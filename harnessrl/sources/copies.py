@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harnessrl.config import SourceConfig, StoreConfig
 from harnessrl.harness.tools.files import SKIP_DIRS
-from harnessrl.sources.envs import ENV_FILES, EnvInfo
+from harnessrl.sources.envs import ENV_FILES, EnvInfo, is_env_file
 
 # A source file bigger than this is data, not code a task could be about; it is left out of the copy.
 MAX_FILE_BYTES = 256 << 10
@@ -165,7 +165,7 @@ def copy_source(cfg: SourceConfig, dest: Path, store: StoreConfig | None = None)
             data = p.read_bytes()
             if len(data) > MAX_FILE_BYTES:
                 continue
-            target = dest / rel if rel in ENV_FILES else base / rel  # dependency files: at the copy's root
+            target = dest / rel if is_env_file(rel) else base / rel  # dependency files: at the copy's root
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             digest.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\n".encode())

@@ -1,7 +1,8 @@
 """Per-source environments: a real repository's tests need its dependencies.
 
-A source whose copy has a `requirements.txt` (or else a `pyproject.toml` with `[project].dependencies`)
-at its root gets an environment, built at data-build time through the package registry: a venv of
+A source whose copy has `requirements*.txt` files (or else a `pyproject.toml` with
+`[project].dependencies`, or else a `setup.py` whose install_requires is a literal list) at its root
+gets an environment, built at data-build time through the package registry: a venv of
 the harness's own Python (`python -m venv --without-pip`, filled by the harness's pip with
 `--python`), with the source's requirements and pytest pinned to the harness's version (checks and
 `run_tests` run pytest), never the project itself: the source's code comes from the workspace. A
@@ -30,6 +31,8 @@ A failed build raises EnvError naming the source, its requirements file and pip'
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import hashlib
 import os
 import platform
@@ -45,8 +48,15 @@ from pathlib import Path
 
 from harnessrl.harness.sandbox import PYTHON
 
-ENV_FILES = ("requirements.txt", "pyproject.toml")  # read from a source's root, whatever its include says
+ENV_FILES = ("requirements*.txt", "pyproject.toml", "setup.py")  # read from a source's root, whatever its include says
 ENVS_DIR = "envs"
+
+
+def is_env_file(rel: str) -> bool:
+    """Whether a path (relative to a source's root) is one of the ENV_FILES: at the root, by name."""
+    return "/" not in rel and any(fnmatch.fnmatch(rel, pattern) for pattern in ENV_FILES)
+
+
 PIP_TAIL_LINES = 15
 
 
@@ -69,15 +79,44 @@ def cache_root() -> Path:
     return Path(os.environ.get("HARNESSRL_ENV_CACHE") or Path.home() / ".cache" / "harnessrl" / "envs")
 
 
+def _requirement_lines(text: str) -> list[str]:
+    """A requirements file's requirements: comments, editable and local-path lines and includes (-r, -c:
+    their files are read on their own) left out; the project itself is never installed."""
+    lines = [line.split(" #")[0].strip() for line in text.splitlines()]
+    skip = ("#", "-e", "--editable", ".", "-r", "-c", "--requirement", "--constraint")
+    return [x for x in lines if x and not x.startswith(skip)]
+
+
+def _setup_py_requires(path: Path) -> list[str]:
+    """install_requires and tests_require of setup.py's `setup(...)` call, where they are literal lists of
+    strings (the file is parsed, never run); EnvError where setup() computes them."""
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError as e:
+        raise EnvError(f"{path}: not valid Python: {e}") from None
+    found: list[str] = []
+    for node in ast.walk(tree):
+        name = getattr(node, "func", None)
+        name = getattr(name, "id", None) or getattr(name, "attr", None)
+        if not isinstance(node, ast.Call) or name != "setup":
+            continue
+        for kw in node.keywords:
+            if kw.arg in ("install_requires", "tests_require"):
+                try:
+                    value = ast.literal_eval(kw.value)
+                except ValueError:
+                    raise EnvError(f"{path}: setup({kw.arg}=...) is computed, not a list of strings") from None
+                found += [str(v) for v in value]
+    return found
+
+
 def requirements_of(copy: Path) -> tuple[str, list[str]] | None:
-    """(file, requirement lines) of a source's copy: requirements.txt, else pyproject.toml's
-    [project].dependencies; None where it has neither. Editable and local-path lines are left out
-    (the project itself is never installed)."""
-    req = copy / "requirements.txt"
-    if req.is_file():
-        lines = [line.split(" #")[0].strip() for line in req.read_text().splitlines()]
-        keep = [x for x in lines if x and not x.startswith("#") and not x.startswith(("-e", "--editable", "."))]
-        return "requirements.txt", keep
+    """(files, requirement lines) of a source's copy, the first of these it has: requirements*.txt at its
+    root (all of them: a repository's tests often need requirements-dev.txt too), pyproject.toml's
+    [project].dependencies, setup.py's install_requires and tests_require; None where it has none."""
+    reqs = sorted(p for p in copy.glob("requirements*.txt") if p.is_file())
+    if reqs:
+        return ", ".join(p.name for p in reqs), [r for p in reqs for r in _requirement_lines(p.read_text())]
     pyproject = copy / "pyproject.toml"
     if pyproject.is_file():
         try:
@@ -85,6 +124,8 @@ def requirements_of(copy: Path) -> tuple[str, list[str]] | None:
         except tomllib.TOMLDecodeError as e:
             raise EnvError(f"{pyproject}: not valid TOML: {e}") from None
         return "pyproject.toml", [str(d) for d in project.get("dependencies", [])]
+    if (copy / "setup.py").is_file():
+        return "setup.py", _setup_py_requires(copy / "setup.py")
     return None
 
 

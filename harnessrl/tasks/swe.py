@@ -15,8 +15,16 @@ A row that fails a step is dropped and counted per reason in suite.json's "dropp
 not fit the schema refuses the import, naming FILE:line and the field.
 
 Whole repositories are held out: a quarter of the distinct repos (at least one of two or more), or
-those named. The environment is the harness's own Python for every row (tests run with its pytest);
-per-source environments (the row's own dependencies, as SWE-bench images have them) come later.
+those named.
+
+Each row's tests run in the environment of its repository at its environment commit, as SWE-bench's
+images give each (repo, version) one: a venv built once per (repo, environment_setup_commit, else
+version, else base_commit) from the dependencies the repo declares at that commit (requirements*.txt,
+pyproject.toml, setup.py; harnessrl/sources/envs.py), installed through the package registry and
+cached by the hash of its lock. Its folder `envs/swe/<repo>-<key>/` (requirements.in, lock.txt) lands
+in the suite, and the task names it (`Task.env`): the checks and the terminal tools then run its
+Python in the sandbox. A repo that declares nothing runs on the harness's own Python. A row whose
+environment cannot be built is dropped as "env_failed".
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harnessrl.config import Budgets
 from harnessrl.harness.episode import Trajectory
 from harnessrl.io import atomic_dir
+from harnessrl.sources.envs import EnvError, build_env
 from harnessrl.tasks.diffs import PatchError, UnsupportedPatch, parse_patch
 from harnessrl.tasks.task import SPLITS, Check, Solution, Task, TaskFileError, split_of, write_suite_info, write_tasks
 from harnessrl.tasks.validate import mining_stats, reasons, validate
@@ -55,6 +64,7 @@ TEST_PATCH = "test_patch does not apply"
 PATCH = "patch does not apply"
 UNSUPPORTED = "patch unsupported"
 BAD_ROW = "bad row"
+ENV_FAILED = "env_failed"
 
 
 class SweRow(BaseModel):
@@ -69,6 +79,15 @@ class SweRow(BaseModel):
     test_patch: str = Field(min_length=1)
     FAIL_TO_PASS: list[str] = Field(min_length=1)
     PASS_TO_PASS: list[str]
+    # Which environment the row's tests need (SWE-bench; SWE-Gym has only version): rows that share one
+    # share a venv. Without either, the row's own base commit.
+    environment_setup_commit: str | None = Field(None, pattern=r"^[0-9a-fA-F]{4,40}$")
+    version: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, v: Any) -> Any:
+        return None if v is None else str(v)  # SWE-bench ships "0.12"; some exports a float
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -281,14 +300,44 @@ def heldout_repos(repos: list[str], chosen: list[str] | None, seed: int) -> set[
     return {r for i, r in enumerate(distinct) if split_of(i, len(distinct)) == "heldout"}
 
 
+Envs = dict[tuple[str, str], str | EnvError | None]  # (repo, key) -> env folder, why it failed, or None
+
+
+def row_env(row: SweRow, repos: Path, snapshot: Path, out: Path, envs: Envs, log: Callable[[str], None]) -> str | None:
+    """The environment folder (relative to `out`) the row's tests run in, built the first time its
+    (repo, environment key) is met, from what the repo declares at the environment commit; None where
+    it declares no dependencies. Raises Dropped(ENV_FAILED) where it cannot be built."""
+    key = (row.repo, row.environment_setup_commit or row.version or row.base_commit)
+    if key not in envs:
+        name = f"swe/{row.repo.replace('/', '__')}-{_safe(key[1])[:16]}"
+        commit = row.environment_setup_commit or row.base_commit
+        try:
+            if commit == row.base_commit:
+                info = build_env(name, snapshot, out, log)
+            else:  # the environment commit's own declared dependencies
+                with tempfile.TemporaryDirectory(prefix="swe-env-") as tmp:
+                    export_commit(find_clone(repos, row.repo), commit, Path(tmp) / "tree")
+                    info = build_env(name, Path(tmp) / "tree", out, log)
+            envs[key] = info.path if info else None
+        except EnvError as e:
+            envs[key] = e
+        except Dropped as e:
+            envs[key] = EnvError(f"environment commit of {row.repo}: {e}")
+    found = envs[key]
+    if isinstance(found, EnvError):
+        raise Dropped(ENV_FAILED, str(found).splitlines()[0][:300])
+    return found
+
+
 def swe_candidates(
     rows: list[tuple[str, SweRow]], repos: Path, out: Path, held: set[str], log: Callable[[str], None]
 ) -> tuple[list[Task], Counter[str]]:
-    """Each row's task, its snapshot written under out/repos/<split>/ (not yet validated), and the rows
-    dropped before validation, by reason."""
+    """Each row's task, its snapshot written under out/repos/<split>/ and its environment built (not
+    yet validated), and the rows dropped before validation, by reason."""
     dropped: Counter[str] = Counter()
     candidates: list[Task] = []
     seen: set[str] = set()
+    envs: Envs = {}
     for i, (where, row) in enumerate(rows, 1):
         reason = why = None
         if row.instance_id in seen:
@@ -296,7 +345,13 @@ def swe_candidates(
         else:
             seen.add(row.instance_id)
             try:
-                candidates.append(make_task(row, repos, out, "heldout" if row.repo in held else "train"))
+                task = make_task(row, repos, out, "heldout" if row.repo in held else "train")
+                try:
+                    task.env = row_env(row, repos, out / task.repo, out, envs, log)
+                except Dropped:
+                    shutil.rmtree(out / task.repo, ignore_errors=True)
+                    raise
+                candidates.append(task)
             except Dropped as e:
                 reason, why = e.reason, str(e)
         if reason is not None:
