@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harnessrl.config import CorpusFileConfig, CorpusFilterConfig, StoreConfig
-from harnessrl.data.corpus import build_corpus, corpus_texts, source_files
+from harnessrl.data.corpus import build_corpus, corpus_texts, ngrams, shares_ngram, source_files
 
 FILTERS = CorpusFilterConfig(max_file_bytes=4000, shard_files=3)
 
@@ -176,3 +176,25 @@ def test_corpus_files_on_the_store(inputs: dict, tmp_path: Path, monkeypatch: py
     corpus = [entry.model_copy(update={"path": f"s3://{bucket}/code"})]
     index = build_corpus([], [], corpus, FILTERS, tmp_path / "s3", StoreConfig(endpoint_url=url, region="us-east-1"))
     assert index["counts"]["corpus[0]"] == zero(read=5, kept=4, extension=1)
+
+
+ISSUE = (
+    "The parser drops the trailing comment when a value spans two lines and the next key starts with a dash, "
+    "so round trips lose data."
+)
+
+
+def test_a_document_quoting_an_eval_task_is_left_out(inputs: dict, tmp_path: Path) -> None:
+    # A file that quotes a held-out issue's text (13 words in a row, whatever the case and punctuation)
+    # is decontaminated; one that shares only common phrasing, or the short generated questions, is kept.
+    quoting = code(11) + f"# {ISSUE.upper().replace(',', ';')}\n"
+    phrasing = code(12) + "# the parser drops the trailing comment\n"
+    src = write(tmp_path / "c", {"q.py": quoting, "p.py": phrasing})
+    exts = FILTERS.extensions
+    index = build_corpus(source_files("c", src, exts), [], [], FILTERS, tmp_path / "out",
+                         eval_texts=[ISSUE, "What is the value of MAX_RETRIES?"])  # fmt: skip
+    assert index["counts"]["c"]["decontaminated"] == 1 and index["counts"]["c"]["kept"] == 1
+    assert index["eval_ngrams"] == len(ngrams(ISSUE)) > 0 and ngrams("What is the value of MAX_RETRIES?") == set()
+    assert shares_ngram(quoting, ngrams(ISSUE)) and not shares_ngram(phrasing, ngrams(ISSUE))
+    # Without eval text the index keeps its old form: data built before it keeps its bytes.
+    assert "eval_ngrams" not in build_corpus([], [], [], FILTERS, tmp_path / "out2")

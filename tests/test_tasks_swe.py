@@ -324,15 +324,24 @@ def test_a_data_config_imports_swe_rows_into_its_folder(source, tmp_path):
     from harnessrl.config import DataConfig
     from harnessrl.data.build import build, read_jsonl
 
-    rows = write_rows(tmp_path / "rows.jsonl", source["rows"])
+    # Decontamination: acme__calc-1 files the held-out row's issue again, word for word, and the source
+    # `pkg` holds a copy of the held-out repo's file: both are left out of what trains.
+    issue = "Counting words in a sentence returns the number of characters instead of the number of words."
+    rows = [dict(r, problem_statement=issue) if r["instance_id"] in ("acme__calc-1", "owner__words-1") else r
+            for r in source["rows"]]  # fmt: skip
+    rows = write_rows(tmp_path / "rows.jsonl", rows)
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "m.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "words.py").write_text("def count(s):\n    return len(s)\n")
     cfg = DataConfig(name="swe", dir="data", sources=[{"name": "pkg", "path": str(tmp_path / "pkg")}],
                      swe=[{"path": str(rows), "repos": str(source["repos"]), "heldout_repos": ["owner/words"]}])  # fmt: skip
     out = build(cfg, tmp_path / "data")
     train = [t for t in load_suite(out, "train") if t.suite == "swe"]
     held = [t for t in load_suite(out, "heldout") if t.suite == "swe"]
     assert {t.source for t in train} == {"acme/calc"} and {t.source for t in held} == {"owner/words"}
+    assert "swe/train/acme__calc-1" not in {t.id for t in train} and len(train) == 2
     sft = [r for r in read_jsonl(out / "sft.jsonl") if r["suite"] == "swe"]
     assert len(sft) == len(train) and len(read_jsonl(out / "heldout.jsonl")) == len(held)
-    assert json.loads((out / "mining.json").read_text())["swe:rows.jsonl"]["swe"]["kept"] == len(train) + len(held)
+    assert json.loads((out / "mining.json").read_text())["swe:rows.jsonl"]["swe"]["kept"] == len(train) + len(held) + 1
+    index = json.loads((out / "corpus" / "index.json").read_text())
+    assert index["counts"]["pkg"]["decontaminated"] == 1 and index["eval_ngrams"] > 0

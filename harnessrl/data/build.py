@@ -39,7 +39,7 @@ from harnessrl.config import (
     SweFileConfig,
     config_hash,
 )
-from harnessrl.data.corpus import build_corpus, source_files
+from harnessrl.data.corpus import build_corpus, ngrams, shares_ngram, source_files
 from harnessrl.harness.episode import Trajectory, prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
@@ -156,6 +156,13 @@ def build(
             for split in SPLITS:
                 mined[split] += [t for t in tasks_of if t.split == split]
             episodes.update(runs)
+        # A train task whose instruction shares EVAL_NGRAM words with an eval task's (an issue filed
+        # twice, a docstring quoted in both) would teach the eval's answer: it is left out.
+        grams = set().union(*(ngrams(t.instruction) for t in heldout + mined["heldout"]))
+        leaked = [t for t in mined["train"] if shares_ngram(t.instruction, grams)]
+        mined["train"] = [t for t in mined["train"] if t not in leaked]
+        if leaked:
+            bar.say(f"{len(leaked)} train tasks left out: their instructions overlap an eval task's")
         episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft
@@ -164,8 +171,9 @@ def build(
         write_sources(tmp, infos)
 
         # The CPT corpus: the train sources' files (generated repos, real sources' copies; never a
-        # task's snapshot with its planted change) and the corpus shards. Held-out sources' files are
-        # read only to keep their copies out (decontamination).
+        # task's snapshot with its planted change) and the corpus shards. Held-out sources' files and
+        # held-out SWE rows' snapshots are read only to keep their like out, and every eval task's
+        # instruction to keep its text out (decontamination).
         def corpus_files(split: str) -> Iterator[tuple[str, str, str]]:
             for rel, _, _ in repos:
                 if rel.split("/")[1] == split:
@@ -173,8 +181,15 @@ def build(
             for src in real:
                 if src.split == split:
                     yield from source_files(src.name, tmp / "repos" / split / src.name, cfg.filters.extensions, tmp)
+            if split == "heldout":
+                for t in mined["heldout"]:
+                    if t.suite == swe.SUITE:
+                        yield from source_files(swe.SUITE, tmp / t.repo, cfg.filters.extensions, tmp)
 
-        build_corpus(corpus_files("train"), corpus_files("heldout"), cfg.corpus, cfg.filters, tmp, store, bar.say)
+        eval_texts = [t.instruction for t in heldout]
+        build_corpus(
+            corpus_files("train"), corpus_files("heldout"), cfg.corpus, cfg.filters, tmp, store, bar.say, eval_texts
+        )
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 
         for split in SPLITS:

@@ -12,7 +12,10 @@ first that refuses it names the reason it is counted under:
   vendored        a directory of its path is vendor/, third_party/, site-packages/, ...: someone else's code
   generated       a "do not edit" marker in its first lines, or protobuf output (*_pb2.py)
   minified        very long lines: a minified bundle or embedded data, not code a person wrote
-  decontaminated  equal to, or a near-duplicate of, a held-out file
+  decontaminated  equal to, or a near-duplicate of, a held-out file (held-out sources' files and held-out
+                  SWE rows' snapshots), or sharing a run of EVAL_NGRAM words with an eval task's
+                  instruction (as SWE-bench and GPT-3 decontaminate: an issue's text in the corpus
+                  teaches its fix)
   exact_dup       equal to a document already kept (after normalising whitespace)
   near_dup        a near-duplicate of a document already kept (MinHash LSH)
 What is left goes to out/corpus/shard-00000.jsonl, ... as {"text", "source", "path"} rows, and
@@ -69,6 +72,22 @@ MINHASH_SCHEME = "affine32"  # named, not left to datasketch's default, which ch
 
 PROGRESS_EVERY = 5000  # documents between progress lines
 
+# Eval text: a run of this many words shared with an eval task's instruction is a leak. 13, as GPT-3's
+# decontamination used: long enough that common phrasing ("what is the value of") never matches, and a
+# generated question (under 13 words) has no run to match at all.
+EVAL_NGRAM = 13
+
+
+def ngrams(text: str, n: int = EVAL_NGRAM) -> set[str]:
+    """The runs of n lowercased words (\\w+) of a text; empty for a text of fewer words."""
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def shares_ngram(text: str, grams: set[str]) -> bool:
+    """Whether a text holds any of the runs `grams` was built from."""
+    return bool(grams) and not grams.isdisjoint(ngrams(text))
+
 
 def build_corpus(
     train_files: Iterable[Doc],
@@ -78,14 +97,17 @@ def build_corpus(
     out: Path,
     store: StoreConfig | None = None,
     say: Callable[[str], None] | None = None,
+    eval_texts: Iterable[str] = (),
 ) -> dict:
-    """Write out/corpus/ (shards and index.json) and return the index: shards, counts by source, total."""
+    """Write out/corpus/ (shards and index.json) and return the index: shards, counts by source, total.
+    `eval_texts`: every eval task's instruction; a document sharing EVAL_NGRAM words with one is left out."""
     # Held-out files first, all of them and unfiltered: a filter must never let one slip past the
     # decontamination check. A blank one (an empty __init__.py) has nothing to leak.
     heldout = _Dedup(filters.near_dup_threshold)
     for _, _, text in heldout_files:
         if text.strip():
             heldout.add(_digest(text), _minhash(text))
+    grams = set().union(*(ngrams(t) for t in eval_texts))
 
     kept = _Dedup(filters.near_dup_threshold)
     counts: dict[str, dict[str, int]] = {}
@@ -96,7 +118,7 @@ def build_corpus(
         reason = _filtered(text, path if has_path else None, filters)
         if reason is None:  # the cheap filters first; then hash it, and look for its like
             key, sig = _digest(text), _minhash(text)
-            reason = _duplicate(key, sig, heldout, kept)
+            reason = "decontaminated" if shares_ngram(text, grams) else _duplicate(key, sig, heldout, kept)
         c[reason or "kept"] += 1
         if reason is None:
             kept.add(key, sig)
@@ -107,6 +129,8 @@ def build_corpus(
 
     total = {k: sum(c[k] for c in counts.values()) for k in COUNTS}
     index = {"shards": shards.done, "counts": counts, "total": total, "heldout_files": len(heldout)}
+    if grams:  # (only then: data built before eval text was indexed keeps its bytes)
+        index["eval_ngrams"] = len(grams)
     (out / "corpus" / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     if say:
         say(f"corpus: {total['kept']} of {total['read']} files kept, in {len(shards.done)} shards")
