@@ -48,9 +48,12 @@ def test_the_data_is_mined_from_real_sources_with_one_held_out(real_run: Path) -
     mining = json.loads((data / "mining.json").read_text())
     for name in ("json", "email", "http"):
         for suite in SUITES:
+            if name == "email" and suite == "bugfix":  # not asked for: email's functions have no types to probe
+                assert suite not in mining[name]
+                continue
             assert mining[name][suite]["kept"] > 0 and mining[name][suite]["expert_success"] >= 0.95
     stats = "\n".join(stats_lines(data))
-    assert "lint          hydra" in stats and "bugfix        email" in stats
+    assert "lint          hydra" in stats and "bugfix        http" in stats
     # The corpus is the train sources' code; the held-out source's only keeps copies out.
     index = json.loads((data / "corpus" / "index.json").read_text())
     assert set(index["counts"]) == {"json", "email", "http"}

@@ -3,6 +3,7 @@ expert's solution from the untouched snapshot, and drops counted by reason."""
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import subprocess
@@ -12,27 +13,32 @@ from harnessrl.cli import main
 from harnessrl.config import SourceConfig
 from harnessrl.harness.sandbox import PYTHON
 from harnessrl.tasks import lint
+from harnessrl.tasks.edit import new_name
 from harnessrl.tasks.expert import expert_trajectories, success_rates
 from harnessrl.tasks.mine import mine_sources, read_repo
+from harnessrl.tasks.probe import arg_sets, param_types, repo_functions
+from harnessrl.tasks.repogen import Repo
 from harnessrl.tasks.task import load_suite
 from harnessrl.tasks.validate import EXPERT_FAILS, SNAPSHOT_PASSES, validate
 from tests.conftest import needs_bwrap
 
-# A small real-looking package: numeric constants, probe-able functions, classes, one name defined twice.
+# A small real-looking package: numeric constants, probe-able functions (their argument types from type
+# hints, or a doctest for clamp), classes, one name defined twice.
 PACKAGE = {
     "__init__.py": '"""Geometry helpers."""\n',
     "shapes.py": (
         '"""Shapes."""\nimport math\n\nSIDES = 4\nUNIT = 2.5\nLABEL = "square"\nTWICE = 1\n\n\n'
-        "def area(width, height):\n    return width * height\n\n\n"
-        "def perimeter(width, height):\n    total = width + height\n    return 2 * total\n\n\n"
-        "def circle(radius):\n    return round(math.pi * radius * radius, 3)\n\n\n"
+        "def area(width: int, height: int) -> int:\n    return width * height\n\n\n"
+        "def perimeter(width: int, height: int) -> int:\n    total = width + height\n    return 2 * total\n\n\n"
+        "def circle(radius: float) -> float:\n    return round(math.pi * radius * radius, 3)\n\n\n"
         "def count_sides(shapes):\n    return len(shapes) * 2\n\n\n"
         "class Square:\n    def __init__(self, side):\n        self.side = side\n"
     ),
     "grid.py": (
         "from geo.shapes import area\n\nCOLUMNS = 12\nROWS = 8\nTWICE = 2\n\n\n"
         "def cells(count, scale):\n    return area(count, scale) + COLUMNS\n\n\n"
-        "def clamp(value, limit):\n    if value > limit:\n        return limit\n    return value\n\n\n"
+        'def clamp(value, limit):\n    """The value, at most limit.\n\n    >>> clamp(5, 3)\n    3\n    >>> clamp(-2, 9)\n    -2\n    """\n'
+        "    if value > limit:\n        return limit\n    return value\n\n\n"
         "class Grid(object):\n    pass\n"
     ),
 }
@@ -144,3 +150,24 @@ def test_a_process_pool_and_ray_tasks_mine_the_same_tasks(tmp_path, ray_session)
         assert [t.model_dump() for t in kept["train"]] == [t.model_dump() for t in serial[0]["train"]], out
         assert stats == serial[3] and infos == serial[2] and episodes.keys() == serial[1].keys()
         assert not list((tmp_path / out).glob(".*")), "a scratch folder was left behind"
+
+
+def test_probes_pass_arguments_of_the_types_the_code_takes(tmp_path):
+    # Types from hints, else from the literals the repo itself passes (a doctest here); a function
+    # with neither is not probed: `count_sides(0)` asserts nothing anyone wants.
+    fns = {f.name: f for f in repo_functions(write_package(tmp_path / "geo"))}
+    assert fns["clamp"].examples == ("5, 3", "-2, 9") and param_types(fns["clamp"]) == ["int", "int"]
+    assert param_types(fns["circle"]) == ["float"] and param_types(fns["count_sides"]) == [""]
+    assert arg_sets(fns["count_sides"], random.Random(0)) == []
+    drawn = arg_sets(fns["area"], random.Random(0), n=6)
+    assert len(drawn) == 6 and all(isinstance(v, int) for a in drawn for v in ast.literal_eval(f"({a},)"))
+    assert arg_sets(fns["clamp"], random.Random(0), n=3)[:2] == ["5, 3", "-2, 9"]  # the repo's own first
+
+
+def test_a_rename_asks_for_a_name_in_the_code_s_own_words():
+    repo = Repo(package="p", files={"p/m.py": "def get_ttext():\n    pass\n\n\ndef area():\n    _area = 1\n"})
+    rng = random.Random(0)
+    assert new_name(rng, "get_ttext", repo, set()) == "fetch_ttext"  # the verb's synonym
+    assert new_name(rng, "_decode_uXXXX", repo, set()) == "decode_uXXXX"  # made public
+    assert new_name(rng, "shapes", repo, set()) == "_shapes"  # made private
+    assert new_name(rng, "area", repo, set()).count("_") == 2  # `_area` is taken: a made-up name is the last resort

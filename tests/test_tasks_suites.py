@@ -116,23 +116,26 @@ def test_bugfix_originals_pass_and_mutants_fail(suites, tmp_path):
         assert run_check(fixed, task.check.test, task.check.packages)[0] is True, task.id
 
 
+# Argument types from hints, or from literal calls in the package (a doctest for clip): a probe passes
+# what the code takes (harnessrl/tasks/probe.py).
 FAKE_PACKAGE = {
     "__init__.py": "",
     "text.py": (
-        "def words(s):\n    return len(s.split())\n\n\n"
-        "def shout(s, times=1):\n    return s.upper() + '!' * times\n\n\n"
-        "def clip(s, n):\n    if len(s) > n:\n        return s[:n]\n    return s\n"
+        "def words(s: str) -> int:\n    return len(s.split())\n\n\n"
+        "def shout(s: str, times: int = 1) -> str:\n    return s.upper() + '!' * times\n\n\n"
+        "def clip(s, n):\n    \"\"\">>> clip('abcdef', 3)\n    'abc'\n    >>> clip('ab', 3)\n    'ab'\n    \"\"\"\n"
+        "    if len(s) > n:\n        return s[:n]\n    return s\n"
     ),
     "nums.py": (
-        "def mean(xs):\n    if not xs:\n        return 0\n    return sum(xs) / len(xs)\n\n\n"
-        "def span(a, b):\n    return abs(a - b) + 1\n\n\n"
-        "def is_even(n):\n    return n % 2 == 0\n"
+        "def mean(xs: list) -> float:\n    if not xs:\n        return 0\n    return sum(xs) / len(xs)\n\n\n"
+        "def span(a: int, b: int) -> int:\n    return abs(a - b) + 1\n\n\n"
+        "def is_even(n: int) -> bool:\n    return n % 2 == 0\n"
     ),
     "seq.py": (
-        "def window(xs, n):\n    return [xs[i : i + n] for i in range(len(xs) - n + 1)]\n\n\n"
-        "def last(xs, k=1):\n    return xs[-k:] if k > 0 else []\n"
+        "def window(xs: list, n: int) -> list:\n    return [xs[i : i + n] for i in range(len(xs) - n + 1)]\n\n\n"
+        "def last(xs: list, k: int = 1) -> list:\n    return xs[-k:] if k > 0 else []\n"
     ),
-    "util.py": "def double(x):\n    return x * 2\n\n\ndef inc(x):\n    return x + 1\n",
+    "util.py": "def double(x: int) -> int:\n    return x * 2\n\n\ndef inc(x: int) -> int:\n    return x + 1\n",
 }
 
 

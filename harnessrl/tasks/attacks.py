@@ -14,6 +14,7 @@ cannot create a file, so it cannot write a ruff.toml).
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import re
@@ -267,9 +268,18 @@ def syntax_error(task: Task, snapshot: Path) -> Script | None:
 
 
 def _used_elsewhere(snapshot: Path, name: str) -> bool:
-    """Whether `name` occurs in the repo beyond its one definition (else renaming the def is the whole job)."""
-    word = re.compile(rf"\b{re.escape(name)}\b")
-    return sum(len(word.findall(p.read_text(errors="replace"))) for p in snapshot.rglob("*.py")) > 1
+    """Whether code of the repo names `name` beyond its definition (else renaming the def is the whole
+    job): a use, an attribute or an import of it, as the rename check reads identifiers."""
+    for path in snapshot.rglob("*.py"):
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for n in ast.walk(tree):
+            used = (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+            if used or (isinstance(n, ast.alias) and name in (n.name.split(".")[-1], n.asname)):
+                return True
+    return False
 
 
 def rename_def_only(task: Task, snapshot: Path) -> Script | None:

@@ -9,7 +9,9 @@ Constant changes sometimes leave the value out of the instruction: the agent mus
 from __future__ import annotations
 
 import ast
+import keyword
 import random
+import re
 from pathlib import Path
 
 from harnessrl.tasks.probe import assertions, module_of, probe_functions, repo_functions
@@ -62,8 +64,8 @@ def _test(repo: Repo, rows: Rows, extra: list[str], rename: tuple[str, str] | No
 def rename_task(
     rng: random.Random, repo: Repo, rows: Rows, rel: str, split: str, names: set[str], fn: Symbol, packages: list[str]
 ) -> Task:
-    """Rename `fn` to a fresh name everywhere: every module must still import and behave."""
-    new = _fresh(rng, names)
+    """Rename `fn` to a new name everywhere: every module must still import and behave."""
+    new = new_name(rng, fn.name, repo, names)
     mod = module_of(fn.path)
     paths = sorted(p for p in repo.files if p.endswith(".py"))
     extra = [
@@ -155,7 +157,30 @@ def is_int(text: str) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _fresh(rng: random.Random, names: set[str]) -> str:
+# A rename a person asks for: the name's verb swapped for another that says the same, else the name
+# made private (or public). The repo's own words, never a made-up name.
+SYNONYMS = {
+    "get": "fetch", "fetch": "get", "set": "assign", "parse": "read", "read": "load", "load": "read",
+    "make": "build", "build": "make", "create": "make", "format": "render", "render": "format",
+    "check": "verify", "verify": "check", "find": "locate", "compute": "calculate", "update": "refresh",
+    "write": "save", "save": "write", "add": "append", "remove": "delete", "delete": "remove",
+    "encode": "serialize", "split": "divide", "join": "merge", "convert": "transform", "handle": "process",
+}  # fmt: skip
+
+
+def new_name(rng: random.Random, old: str, repo: Repo, names: set[str]) -> str:
+    """The name `old` is renamed to: its leading verb's synonym, else the name made private (public for a
+    private one); one no file of the repo already uses. A made-up name only where neither is free."""
+    bare = old.lstrip("_")
+    under = old[: len(old) - len(bare)]
+    verb, sep, rest = bare.partition("_")
+    candidates = [f"{under}{SYNONYMS[verb]}{sep}{rest}"] if verb in SYNONYMS else []
+    candidates.append(bare if under == "_" else f"_{old}")
+    for name in candidates:
+        taken = name in names or keyword.iskeyword(name) or not name.isidentifier()
+        if not taken and not any(re.search(rf"\b{name}\b", text) for text in repo.files.values()):
+            names.add(name)
+            return name
     while True:
         name = f"{rng.choice(['compute', 'apply', 'resolve', 'derive'])}_{rng.choice(['total', 'value', 'step'])}"
         name += f"_{rng.randint(0, 99)}"

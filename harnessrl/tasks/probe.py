@@ -2,6 +2,11 @@
 return. This is how bugfix and edit tasks get their tests without anyone writing them: the original
 code's answers become the assertions, and a mutant is kept only if some probed answer changes.
 
+Arguments have the types the code expects, so a test reads like one a person would write: each
+parameter's type comes from its annotation, else from the literal arguments the repo itself passes
+(call sites, doctest lines), which are tried first. A function with a required parameter of unknown
+type is not probed at all: `parseaddr(0)` asserts nothing anyone wants.
+
 Only plain, deterministic answers are kept: the call returns the same value twice, and the value's
 repr reads back (ast.literal_eval) as an equal value, so it can be written into a test as a literal.
 Calls that raise, time out or return anything else are left out of the tests.
@@ -10,6 +15,7 @@ Calls that raise, time out or return anything else are left out of the tests.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import random
 import re
@@ -81,6 +87,7 @@ class Function:
     params: tuple[str, ...]  # annotation of each positional parameter ("" when none)
     required: int
     lines: tuple[int, int]  # first and last line of the def, 1-based
+    examples: tuple[str, ...] = ()  # argument lists the repo passes it as literals (call sites, doctests)
 
 
 def module_of(path: str) -> str:
@@ -110,17 +117,37 @@ def find_functions(root: Path, path: str) -> list[Function]:
     return found
 
 
+def param_types(fn: Function) -> list[str]:
+    """Each positional parameter's type, a key of POOLS: its annotation, else the one type of every
+    literal the repo passes there; "" where neither says."""
+    types = []
+    for i, annotation in enumerate(fn.params):
+        seen = {type(ast.literal_eval(f"({ex},)")[i]).__name__ for ex in fn.examples if _arity(ex) > i}
+        found = annotation if annotation in POOLS else (seen.pop() if len(seen) == 1 else "")
+        types.append(found if found in POOLS else "")
+    return types
+
+
+def _arity(args: str) -> int:
+    return len(ast.literal_eval(f"({args},)")) if args else 0
+
+
 def arg_sets(fn: Function, rng: random.Random, n: int = 10) -> list[str]:
-    """Up to n distinct argument lists, as the source text inside the call's parentheses."""
-    out: list[str] = []
+    """Up to n distinct argument lists, as the source text inside the call's parentheses: the repo's own
+    first, then drawn from each parameter's type; none where a required parameter's type is unknown."""
+    out = [ex for ex in fn.examples if fn.required <= _arity(ex)][:n]
+    types = param_types(fn)
+    known = next((i for i, t in enumerate(types) if not t), len(types))  # parameters of known type, in order
+    if known < fn.required:
+        return out
     for _ in range(4 * n):
-        arity = rng.randint(fn.required, min(len(fn.params), 3) if len(fn.params) > fn.required else fn.required)
-        args = [rng.choice(POOLS.get(fn.params[i], INTS + STRS + LISTS)) for i in range(arity)]
-        text = ", ".join(repr(a) for a in args)
+        if len(out) >= n:
+            break
+        top = min(known, 3)
+        arity = rng.randint(fn.required, top if top > fn.required else fn.required)
+        text = ", ".join(repr(rng.choice(POOLS[types[i]])) for i in range(arity))
         if text not in out:
             out.append(text)
-        if len(out) == n:
-            break
     return out
 
 
@@ -197,4 +224,65 @@ def holding(
 
 def repo_functions(repo_dir: Path) -> list[Function]:
     paths = [p.relative_to(repo_dir).as_posix() for p in sorted(repo_dir.rglob("*.py"))]
-    return [f for path in paths for f in find_functions(repo_dir, path)]
+    functions = [f for path in paths for f in find_functions(repo_dir, path)]
+    examples = literal_calls(repo_dir, paths)
+    return [dataclasses.replace(f, examples=tuple(examples.get((f.module, f.name), []))) for f in functions]
+
+
+MAX_EXAMPLES = 8  # literal argument lists kept per function
+
+
+def _imported(module: str, is_package: bool, tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """Names a module imports from modules of its own repo: local name -> (module, name there)."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            origin = ".".join([*base[: len(base) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else node.module or ""  # fmt: skip
+            for a in node.names:
+                found[a.asname or a.name] = (origin, a.name)
+    return found
+
+
+def literal_calls(repo_dir: Path, paths: list[str]) -> dict[tuple[str, str], list[str]]:
+    """(module, function) -> the argument lists (source text) of the repo's calls to it whose positional
+    arguments are all literals: by its name in its own module or where it is imported by name, and in
+    doctest lines (`>>> f(...)`, `>>> mod.f(...)`) of its own module. A method call of the same name
+    (`s.decode('ascii')`) is another function's, and never counts."""
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def visit(tree: ast.AST, resolve: dict[str, tuple[str, str]], attributes: bool) -> None:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or node.keywords or not node.args:
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if attributes and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+            if name not in resolve or any(isinstance(a, ast.Starred) for a in node.args):
+                continue
+            try:
+                [ast.literal_eval(a) for a in node.args]
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            text = ", ".join(ast.unparse(a) for a in node.args)
+            seen = found.setdefault(resolve[name], [])
+            if text not in seen and len(seen) < MAX_EXAMPLES:
+                seen.append(text)
+
+    for path in paths:
+        try:
+            tree = ast.parse((repo_dir / path).read_text())
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        module = module_of(path)
+        own = {n.name: (module, n.name) for n in tree.body if isinstance(n, ast.FunctionDef)}
+        visit(tree, {**_imported(module, path.endswith("__init__.py"), tree), **own}, attributes=False)
+        for node in ast.walk(tree):  # doctests of this module's own functions
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and ">>>" in node.value:
+                for line in re.findall(r"^\s*>>> (.+)$", node.value, re.MULTILINE):
+                    try:
+                        visit(ast.parse(line.strip(), mode="eval"), own, attributes=True)
+                    except SyntaxError:
+                        continue
+    return found
