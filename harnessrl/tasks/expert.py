@@ -103,8 +103,10 @@ def rename(task: Task) -> Script:
     pending: dict[str, list[str]] = {}
     for path, _, text in grep_hits(out):
         pending.setdefault(path, []).append(text)
-    # A line that occurs twice in a file is no unique old_str: such a file is renamed in one command.
-    repeats = [p for p, lines in pending.items() if len(set(lines)) < len(lines)]
+    # A line that occurs twice in a file (or within another of its lines, indented deeper) is no
+    # unique old_str: such a file is renamed in one command.
+    repeats = [p for p, lines in pending.items()
+               if any(a in b for i, a in enumerate(lines) for j, b in enumerate(lines) if i != j)]  # fmt: skip
     if repeats:
         yield turn(*(call("run_terminal", command=f"sed -i -E 's/\\b{old}\\b/{new}/g' {p}") for p in repeats))
     for p in repeats:

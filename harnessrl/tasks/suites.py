@@ -9,6 +9,7 @@ suite.json, which `harnessrl tasks stats` reads.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,13 +72,17 @@ def build_suite(
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         for split in SPLITS:
             write_tasks(tmp / "tasks" / f"{split}.jsonl", [t for t in tasks if t.split == split])
+        drops: Counter[str] = Counter()  # by reason; an attack's by its name ("attack passes: empty_file")
+        for per in stats.values():
+            drops.update(per.get(name, {}).get("dropped", {}))
         info = {
             "suite": name,
             "seed": seed,
             "num": num,
             "source": [str(p) for p in sources] if sources else None,
             "counts": {s: sum(t.split == s for t in tasks) for s in SPLITS},
-            "dropped": sum(sum(per[name]["dropped"].values()) for per in stats.values() if name in per),
+            "dropped": sum(drops.values()),
+            "dropped_by": dict(sorted(drops.items())),
         }
         write_suite_info(tmp, info)
     return info

@@ -1,8 +1,10 @@
 """What a task is, and how a suite of them lies on disk.
 
 A suite directory, written by `build_suite` and read by everything downstream:
-    suite.json              {"suite", "seed", "num", "source", "counts"}: how it was built (swe adds
-                            "dropped": {reason: rows}, "heldout_repos", "rows", "repos")
+    suite.json              {"suite", "seed", "num", "source", "counts", "dropped", "dropped_by"}: how it
+                            was built, and how many candidates validation refused, by reason (an
+                            attack that passed a check by its name); swe has "dropped": {reason:
+                            rows}, "heldout_repos", "rows", "repos"
     tasks/train.jsonl       one Task per line
     tasks/heldout.jsonl     tasks whose repos no train task uses
     repos/<id>/...          repo snapshots; Task.repo points at one, relative to the suite dir
