@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harnessrl.config import CorpusFileConfig, CorpusFilterConfig, StoreConfig
-from harnessrl.data.corpus import build_corpus, corpus_texts, ngrams, shares_ngram, source_files
+from harnessrl.data.corpus import build_corpus, corpus_texts, eval_ngrams, ngrams, shares_ngram, source_files
 
 FILTERS = CorpusFilterConfig(max_file_bytes=4000, shard_files=3)
 
@@ -191,10 +191,17 @@ def test_a_document_quoting_an_eval_task_is_left_out(inputs: dict, tmp_path: Pat
     phrasing = code(12) + "# the parser drops the trailing comment\n"
     src = write(tmp_path / "c", {"q.py": quoting, "p.py": phrasing})
     exts = FILTERS.extensions
-    index = build_corpus(source_files("c", src, exts), [], [], FILTERS, tmp_path / "out",
-                         eval_texts=[ISSUE, "What is the value of MAX_RETRIES?"])  # fmt: skip
+    grams = eval_ngrams([ISSUE, "What is the value of MAX_RETRIES?"])
+    index = build_corpus(source_files("c", src, exts), [], [], FILTERS, tmp_path / "out", eval_grams=grams)
     assert index["counts"]["c"]["decontaminated"] == 1 and index["counts"]["c"]["kept"] == 1
     assert index["eval_ngrams"] == len(ngrams(ISSUE)) > 0 and ngrams("What is the value of MAX_RETRIES?") == set()
     assert shares_ngram(quoting, ngrams(ISSUE)) and not shares_ngram(phrasing, ngrams(ISSUE))
+    # A suite's template is no leak: runs that several eval instructions, or several train ones, share.
+    template = "The test tests/test_{}.py fails. Find the bug and fix it; do not change the test."
+    assert not shares_ngram(template.format("x"), eval_ngrams([template.format("a"), template.format("b")]))
+    assert not shares_ngram(
+        template.format("x"), eval_ngrams([template.format("a")], [template.format("x"), template.format("y")])
+    )
+    assert eval_ngrams([ISSUE], [ISSUE]) == ngrams(ISSUE)  # filed once more in train: a leak
     # Without eval text the index keeps its old form: data built before it keeps its bytes.
     assert "eval_ngrams" not in build_corpus([], [], [], FILTERS, tmp_path / "out2")

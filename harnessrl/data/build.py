@@ -39,7 +39,7 @@ from harnessrl.config import (
     SweFileConfig,
     config_hash,
 )
-from harnessrl.data.corpus import build_corpus, ngrams, shares_ngram, source_files
+from harnessrl.data.corpus import build_corpus, eval_ngrams, shares_ngram, source_files
 from harnessrl.harness.episode import Trajectory, prompt_messages
 from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
 from harnessrl.io import atomic_dir
@@ -158,7 +158,8 @@ def build(
             episodes.update(runs)
         # A train task whose instruction shares EVAL_NGRAM words with an eval task's (an issue filed
         # twice, a docstring quoted in both) would teach the eval's answer: it is left out.
-        grams = set().union(*(ngrams(t.instruction) for t in heldout + mined["heldout"]))
+        train_texts = [t.instruction for t in tasks["train"] + mined["train"]]
+        grams = eval_ngrams([t.instruction for t in heldout + mined["heldout"]], train_texts)
         leaked = [t for t in mined["train"] if shares_ngram(t.instruction, grams)]
         mined["train"] = [t for t in mined["train"] if t not in leaked]
         if leaked:
@@ -186,9 +187,8 @@ def build(
                     if t.suite == swe.SUITE:
                         yield from source_files(swe.SUITE, tmp / t.repo, cfg.filters.extensions, tmp)
 
-        eval_texts = [t.instruction for t in heldout]
         build_corpus(
-            corpus_files("train"), corpus_files("heldout"), cfg.corpus, cfg.filters, tmp, store, bar.say, eval_texts
+            corpus_files("train"), corpus_files("heldout"), cfg.corpus, cfg.filters, tmp, store, bar.say, grams
         )
         (tmp / "mining.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 

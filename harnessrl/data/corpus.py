@@ -84,6 +84,22 @@ def ngrams(text: str, n: int = EVAL_NGRAM) -> set[str]:
     return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+def eval_ngrams(eval_texts: Iterable[str], train_texts: Iterable[str] = ()) -> set[str]:
+    """The runs that identify one eval task's text: in one eval instruction only, and in at most one
+    train instruction. A run many instructions share is a suite's template ("... fails. Find the bug
+    and fix it; do not change the test."), which says nothing of any one task."""
+    seen: dict[str, int] = {}
+    for text in dict.fromkeys(eval_texts):
+        for g in ngrams(text):
+            seen[g] = seen.get(g, 0) + 1
+    grams = {g for g, n in seen.items() if n == 1}
+    in_train: dict[str, int] = {}
+    for text in dict.fromkeys(train_texts):
+        for g in ngrams(text) & grams:
+            in_train[g] = in_train.get(g, 0) + 1
+    return {g for g in grams if in_train.get(g, 0) <= 1}
+
+
 def shares_ngram(text: str, grams: set[str]) -> bool:
     """Whether a text holds any of the runs `grams` was built from."""
     return bool(grams) and not grams.isdisjoint(ngrams(text))
@@ -97,17 +113,18 @@ def build_corpus(
     out: Path,
     store: StoreConfig | None = None,
     say: Callable[[str], None] | None = None,
-    eval_texts: Iterable[str] = (),
+    eval_grams: set[str] = frozenset(),
 ) -> dict:
     """Write out/corpus/ (shards and index.json) and return the index: shards, counts by source, total.
-    `eval_texts`: every eval task's instruction; a document sharing EVAL_NGRAM words with one is left out."""
+    `eval_grams`: the runs of words that identify an eval task's instruction (eval_ngrams); a document
+    holding one is left out."""
     # Held-out files first, all of them and unfiltered: a filter must never let one slip past the
     # decontamination check. A blank one (an empty __init__.py) has nothing to leak.
     heldout = _Dedup(filters.near_dup_threshold)
     for _, _, text in heldout_files:
         if text.strip():
             heldout.add(_digest(text), _minhash(text))
-    grams = set().union(*(ngrams(t) for t in eval_texts))
+    grams = set(eval_grams)
 
     kept = _Dedup(filters.near_dup_threshold)
     counts: dict[str, dict[str, int]] = {}
