@@ -218,3 +218,57 @@ def test_completion_entropy_is_the_sampling_distributions_own() -> None:
             want += float(-(logp.exp() * logp).sum())
     assert len(entropy) == 2 and sum(entropy) == pytest.approx(want, rel=1e-5)
     assert 0 < sum(entropy) / 5 < math.log(300)  # per token, below the uniform distribution's
+
+
+def test_a_trajectory_packed_into_one_sequence_trains_as_its_turns_do() -> None:
+    """One pass per trajectory: turns whose prompt extends the sequence so far (token in, token out)
+    are one sample; its per-token logprobs, loss and gradient equal the per-turn samples' within 1e-5,
+    while a turn that starts a new segment (after a summary) starts a new sequence."""
+    from harnessrl.rl.loop import pack
+
+    arch = ArchConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    model = build_from_arch(arch, pad_token_id=1, seed=0).eval()
+    p0 = [5, 6, 7]
+    p1 = [*p0, 8, 9, 10, 11]  # turn 0's completion, then a tool's output and the next turn's opening
+    p2 = [*p1, 12, 13, 14, 15]
+    lps = lambda n: [-0.1 * (k + 1) for k in range(n)]  # behaviour logprobs: any, the same both ways
+    turns = [Sample(p0, [8, 9], lps(2), 0.5), Sample(p1, [12], lps(1), 0.5), Sample(p2, [16, 17, 18], lps(3), 0.5),
+             Sample([5, 6, 20], [21], lps(1), 0.5)]  # fmt: skip
+    packed = pack(turns)
+    assert [(s.prompt, s.completion, s.turns) for s in packed] == [
+        (p0, [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], 3),
+        ([5, 6, 20], [21], 1),
+    ]
+    assert packed[0].positions() == [0, 1, 4, 8, 9, 10] and packed[0].behaviour == lps(2) + lps(1) + lps(3)
+    assert sum(len(s.prompt) + len(s.completion) for s in packed) < sum(
+        len(s.prompt) + len(s.completion) for s in turns
+    )
+
+    def loss_and_grad(samples):
+        model.zero_grad()
+        current = completion_logprobs(model, samples, pad_id=1)
+        loss = sum(pg_loss(c, c.detach(), torch.tensor(s.behaviour), s.advantage, 0.2, 0.28, 2.0).loss
+                   for c, s in zip(current, samples, strict=True))  # fmt: skip
+        loss.backward()
+        return (
+            torch.cat([c.detach() for c in current]),
+            float(loss),
+            model.model.layers[0].self_attn.q_proj.weight.grad.clone(),
+        )
+
+    lp_turns, loss_turns, grad_turns = loss_and_grad(turns)
+    lp_packed, loss_packed, grad_packed = loss_and_grad(packed)
+    assert lp_packed.tolist() == pytest.approx(lp_turns.tolist(), abs=1e-5)
+    assert loss_packed == pytest.approx(loss_turns, abs=1e-5)
+    assert torch.allclose(grad_packed, grad_turns, atol=1e-5)
+    # The update's normalizers see the same turns and tokens: Dr.GRPO counts turns, GRPO sampled tokens.
+    assert sum(s.turns for s in packed) == 4 and sum(len(s.behaviour) for s in packed) == 7
+
+
+def test_different_advantages_or_a_re_rendered_history_are_never_packed() -> None:
+    from harnessrl.rl.loop import pack
+
+    a = Sample([1, 2], [3], [0.0], 1.0)
+    assert len(pack([a, Sample([1, 2, 3, 4], [5], [0.0], -1.0)])) == 2  # another trajectory's advantage
+    assert len(pack([a, Sample([1, 9, 3, 4], [5], [0.0], 1.0)])) == 2  # the prefix changed: not token in, token out

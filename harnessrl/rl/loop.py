@@ -87,7 +87,7 @@ def train_rl(
                 s
                 for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
                 if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                for s in turn_samples(r.trajectory, a)
+                for s in pack(turn_samples(r.trajectory, a))
             ]
             stats = trainer.update(samples)
             rollouts.publish(step + 1, model)
@@ -334,6 +334,29 @@ def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
         for turn, prompt in zip(traj.turns, traj.prompts(), strict=True)
         if turn.token_ids and prompt is not None and turn.logprobs is not None
     ]
+
+
+def pack(samples: list[Sample]) -> list[Sample]:
+    """One trajectory's turn samples, in order, as few sequences as token in, token out allows: where a
+    turn's prompt extends the sequence so far (the previous prompt, its completion, then the tool
+    outputs and the next turn's opening), the turn joins it, and one forward pass trains the whole
+    context segment. Per turn, each turn recomputes every token before it: O(turns^2) tokens for
+    O(turns) new ones. A turn whose prompt does not extend it (a new segment after a summary, a
+    template that re-renders history) starts a new sequence. Causal attention gives every token the
+    context it had in its own turn, so the logprobs, and the loss, are the per-turn ones."""
+    out: list[Sample] = []
+    for s in samples:
+        last = out[-1] if out else None
+        seen = [] if last is None else last.prompt + last.completion
+        if last is None or s.advantage != last.advantage or s.prompt[: len(seen)] != seen:
+            out.append(s)
+            continue
+        gap = s.prompt[len(seen) :]  # context the new turn saw: tool outputs, its own opening
+        mask = last.sampled or (True,) * len(last.completion)
+        out[-1] = Sample(last.prompt, last.completion + gap + s.completion, last.behaviour + s.behaviour,
+                         last.advantage, mask + (False,) * len(gap) + (s.sampled or (True,) * len(s.completion)),
+                         last.turns + s.turns)  # fmt: skip
+    return out
 
 
 def strategy_metrics(trajs: list[Trajectory]) -> dict[str, float]:

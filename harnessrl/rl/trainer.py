@@ -32,12 +32,25 @@ from harnessrl.train.engine import build_engine, load_state, optimizer_step, sav
 
 @dataclass(frozen=True)
 class Sample:
-    """One sampled assistant turn: what the policy saw, what it generated, and how the reward judged it."""
+    """What the policy saw, what it generated, and how the reward judged it: one sampled turn, or the
+    turns of one context segment packed into one sequence (harnessrl/rl/loop.py: pack).
+
+    `completion` follows `prompt`. `sampled` marks the completion tokens the engine generated (None:
+    all of them), each with its behaviour logprob in order; the others (a tool's output, the next turn's
+    opening) are context the turn after them saw, never trained. `turns`: how many sampled turns."""
 
     prompt: list[int]
     completion: list[int]
-    behaviour: list[float]  # the engine's logprob of each completion token
+    behaviour: list[float]  # the engine's logprob of each sampled token
     advantage: float
+    sampled: tuple[bool, ...] | None = None
+    turns: int = 1
+
+    def positions(self) -> list[int]:
+        """Where the sampled tokens are, as indices into `completion`."""
+        if self.sampled is None:
+            return list(range(len(self.completion)))
+        return [i for i, s in enumerate(self.sampled) if s]
 
 
 def completion_logprobs(
@@ -48,20 +61,20 @@ def completion_logprobs(
     token_budget: int = 16384,
     entropy: list[float] | None = None,
 ) -> list[torch.Tensor]:
-    """Per-token logprobs of each sample's completion under `model` (an HF causal LM, or a DeepSpeed
+    """Per-token logprobs of each sample's sampled tokens under `model` (an HF causal LM, or a DeepSpeed
     engine around one), in the samples' order.
 
     Samples go through in right-padded micro-batches of similar length, at most `token_budget` padded
     tokens each: right padding leaves every real token's position and causal context as in an
     unpadded forward, and grouping by length wastes little on padding. The output projection runs
-    only at completion positions: prompts (tool outputs, whole files) are most of the tokens, and
+    only at sampled positions: prompts and tool outputs (whole files) are most of the tokens, and
     their vocabulary-wide logits would be most of the memory and time. Logits are divided by the
     sampling temperature, as the engine did, so these are the logprobs of the distribution the tokens
     were drawn from, and the IS weight against the engine's compares like with like.
 
     Given a list, `entropy` gets one entry per sample (in the order computed): the token entropy of
-    that same distribution in nats, summed over the completion, detached. The log-softmax is already
-    there, so watching for entropy collapse costs one reduction."""
+    that same distribution in nats, summed over the sampled tokens, detached. The log-softmax is
+    already there, so watching for entropy collapse costs one reduction."""
     hf = getattr(model, "module", model)
     body, head = hf.get_decoder(), hf.get_output_embeddings()
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt) + len(samples[i].completion))
@@ -82,9 +95,10 @@ def completion_logprobs(
         hidden = body(input_ids=ids).last_hidden_state
         for row, i in enumerate(chunk):
             s = samples[i]
-            at = hidden[row, len(s.prompt) - 1 : len(s.prompt) - 1 + len(s.completion)]
+            where = torch.tensor(s.positions(), dtype=torch.long)
+            at = hidden[row, len(s.prompt) - 1 + where]  # the hidden state before each sampled token
             logp = torch.log_softmax(head(at).float() / temperature, dim=-1)
-            out[i] = logp.gather(1, torch.tensor(s.completion)[:, None]).squeeze(1)
+            out[i] = logp.gather(1, torch.tensor(s.completion)[where][:, None]).squeeze(1)
             if entropy is not None:
                 entropy.append(float(-(logp.exp() * logp).sum()))
     return out  # type: ignore[return-value]
@@ -231,9 +245,9 @@ class LocalTrainer:
             ]
             # GRPO (DAPO's token-level form): the mean over the mini-batch's tokens. Dr.GRPO: a constant,
             # so a long answer's tokens weigh as much as a short one's and length carries no hidden bias.
-            norm = len(chunk) * cfg.max_new_tokens
+            norm = sum(samples[i].turns for i in chunk) * cfg.max_new_tokens
             if cfg.normalization == "grpo":
-                norm = sum(len(samples[i].completion) for i in chunk)
+                norm = sum(len(samples[i].behaviour) for i in chunk)
             if terms:
                 loss = sum(t.loss for t in terms)
             else:  # no share of this mini-batch: join the all-reduce with zeros, through a real forward so that
