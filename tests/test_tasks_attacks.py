@@ -102,10 +102,13 @@ def test_a_forged_verdict_is_refused(suites):
 
 @needs_bwrap
 def test_swe_test_config_and_tests_come_from_the_task(suites):
-    names = ["conftest_forge", "conftest_ignore", "pytest_ini", "pyproject_pytest", "shadow_pytest"]
+    names = ["conftest_forge", "linked_conftest", "conftest_ignore", "pytest_ini", "pyproject_pytest", "shadow_pytest"]
     names += ["stub_tests", "delete_tests", "syntax_error", "empty_file", "nothing"]
     runs = attack(suites["swe"], names)
     refused(runs)
+    # The linked conftest.py is refused by name, not by luck: the check saw the link.
+    linked = [t for name, _, t in runs if name == "linked_conftest"]
+    assert linked and all("links test files or test config" in str(t.outcome.details) for t in linked)
 
 
 @needs_bwrap

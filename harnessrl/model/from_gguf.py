@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -122,8 +123,11 @@ def import_gguf(gguf: Path, out: Path, origin: dict | None = None, say=print) ->
     if out.exists():
         raise ModelImportError(f"-o {out}: already exists (the model is written to a new folder)")
     t0 = time.time()
-    record = {**(origin or {}), "gguf": {"file": gguf.name, "sha256": sha256_of(gguf)},
-              "quantization": _quantization(gguf)}  # fmt: skip
+    try:
+        quantization = _quantization(gguf)
+    except (ValueError, KeyError, IndexError, OSError) as e:
+        raise ModelImportError(f"--gguf {gguf}: unreadable GGUF metadata: {e}") from None
+    record = {**(origin or {}), "gguf": {"file": gguf.name, "sha256": sha256_of(gguf)}, "quantization": quantization}
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -157,6 +161,7 @@ def import_gguf(gguf: Path, out: Path, origin: dict | None = None, say=print) ->
         save(model, tok, tmp)
         (tmp / ORIGIN).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         _manifest(tmp, record, t0)
+        os.chmod(tmp, 0o755)  # mkdtemp made it private; a server or a sandbox of another uid reads it
     say(
         f"import: wrote {out}: {record['architecture']}, {record['params'] / 1e6:.1f}M parameters ({time.time() - t0:.0f} s)"
     )

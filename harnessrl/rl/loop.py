@@ -343,7 +343,9 @@ def pack(samples: list[Sample]) -> list[Sample]:
     context segment. Per turn, each turn recomputes every token before it: O(turns^2) tokens for
     O(turns) new ones. A turn whose prompt does not extend it (a new segment after a summary, a
     template that re-renders history) starts a new sequence. Causal attention gives every token the
-    context it had in its own turn, so the logprobs, and the loss, are the per-turn ones."""
+    context it had in its own turn, so the logprobs, and the loss, are the per-turn ones. (With
+    `minibatches` > 1 the split is by sample, so a packed trajectory's turns share one mini-batch:
+    the same tokens and weights, grouped otherwise.)"""
     out: list[Sample] = []
     for s in samples:
         last = out[-1] if out else None

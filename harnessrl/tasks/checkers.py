@@ -31,7 +31,6 @@ from typing import Any
 from harnessrl.harness.sandbox import DEFAULT_UID, SANDBOX_ROOT, Sandbox, SandboxLimits, replace_file
 from harnessrl.harness.tools.base import confine, dir_beneath
 from harnessrl.harness.tools.terminal import PYTHON, summarize_pytest
-from harnessrl.tasks.diffs import parse_patch
 from harnessrl.tasks.task import Check, Task
 
 # (workspace, final answer or None) -> (success, details). Raising counts as failure.
@@ -77,16 +76,16 @@ def main():
         nonce = f.read()
     os.unlink("nonce")
     tests = runpy.run_path("test_check.py", run_name="test_check")
-    passed = failed = 0
+    passed, failed = [], 0
     for name in sorted(n for n in tests if n.startswith("test_")):
         try:
             tests[name]()
-            passed += 1
+            passed.append(name)
         except Exception:
             failed += 1
             print("FAILED", name)
             traceback.print_exc(limit=-1)
-    print(f"== {failed} failed, {passed} passed {nonce} ==", flush=True)
+    print(f"== {failed} failed, {len(passed)} passed {nonce} ==", ",".join(passed), flush=True)
     raise SystemExit(1 if failed or not passed else 0)
 
 
@@ -95,7 +94,7 @@ main()
 # The verdict is the runner's last line, stamped with a nonce the workspace never sees on disk: a
 # module that prints a summary of its own and exits (os._exit(0) on import) forges no pass. Code in
 # the same process could still dig the nonce out of the runner's frame; docs/data.md says so.
-_VERDICT = re.compile(r"^== (\d+) failed, (\d+) passed (\S+) ==$", re.MULTILINE)
+_VERDICT = re.compile(r"^== (\d+) failed, (\d+) passed (\S+) == ?(\S*)$", re.MULTILINE)
 
 ENV = "PYTHONHASHSEED=0"
 
@@ -130,11 +129,12 @@ def run_check(
     files = {"test_check.py": test, "run_check.py": imports + RUNNER, "nonce": nonce}
     res = check_sandbox(workspace, timeout_s, python).run(python_command(files, ["run_check.py"], python))
     verdicts = [v for v in _VERDICT.findall(res.output) if v[2] == nonce]
-    failed, passed = (int(verdicts[-1][0]), int(verdicts[-1][1])) if verdicts else (0, 0)
+    failed, ran = (int(verdicts[-1][0]), verdicts[-1][3].split(",")) if verdicts else (0, [])
     # Every test function of the file must have run and passed: a module that ends the process
     # part-way (os._exit on import) leaves no stamped verdict, or fewer passes than the file holds.
-    ok = res.exit_code == 0 and failed == 0 and passed == len(test_functions(test)) > 0
-    counts = {**summarize_pytest(res.output), "passed": passed, "failed": failed}
+    wanted = test_functions(test)
+    ok = res.exit_code == 0 and failed == 0 and bool(wanted) and set(wanted) <= set(ran)
+    counts = {**summarize_pytest(res.output), "passed": len([n for n in ran if n]), "failed": failed}
     return ok, {**counts, "exit_code": res.exit_code, "timed_out": res.timed_out, "output": res.output[-2000:]}
 
 
@@ -190,7 +190,7 @@ class Verdict:
         elif report.when == "call" and report.passed:
             self.outcome.setdefault(report.nodeid, "passed")
 
-    def pytest_sessionfinish(self, session):
+    def pytest_unconfigure(self, config):  # the very last hook: no summary can push it out of the kept output
         passed = sorted(n for n, o in self.outcome.items() if o == "passed")
         print("\\nHARNESSRL-VERDICT", self.nonce, json.dumps(passed), flush=True)
 
@@ -204,56 +204,74 @@ raise SystemExit(pytest.main({args!r}, plugins=[verdict]))
 _SWE_VERDICT = re.compile(r"^HARNESSRL-VERDICT (\S+) (\[.*\])$", re.MULTILINE)
 
 
-def _text_files(root: Path) -> dict[str, Path]:
-    """Every regular file under root by its relative path; symlinks are neither followed nor listed."""
-    found = {}
-    for d, dirs, files in os.walk(root):
+def _tree(root: Path) -> tuple[dict[str, Path], list[str]]:
+    """(every regular file under root by its relative path, every symlink's relative path); links are
+    never followed."""
+    files, links = {}, []
+    for d, dirs, names in os.walk(root):
+        for x in [*dirs, *names]:
+            full = os.path.join(d, x)
+            if os.path.islink(full):
+                links.append(os.path.relpath(full, root))
+            elif x in names and os.path.isfile(full):
+                files[os.path.relpath(full, root)] = Path(full)
         dirs[:] = [x for x in dirs if not os.path.islink(os.path.join(d, x))]
-        for name in files:
-            full = os.path.join(d, name)
-            if not os.path.islink(full):
-                found[os.path.relpath(full, root)] = Path(full)
-    return found
+    return files, links
 
 
-def task_test_files(workspace: Path, snapshot: Path, check: Check, keep: set[str]) -> dict[str, str | None]:
+def _is_test_file(rel: str) -> bool:
+    name = os.path.basename(rel)
+    return name.startswith("test_") or name.endswith("_test.py") or name in ("__init__.py", "conftest.py")
+
+
+def task_test_files(workspace: Path, snapshot: Path, check: Check) -> dict[str, str | None]:
     """What the swe check writes over the workspace before running pytest: the task's own tests and
-    test config, never the agent's. Every file under a directory that holds a listed test file, and
-    every file pytest reads as config (TEST_CONFIG), is restored from the snapshot or removed where
-    the snapshot has none; then the row's test_patch files. `keep`: files the gold patch changes,
-    which the fix may change too."""
+    test config, never the agent's. Restored from the snapshot, or removed where the snapshot has
+    none: every file pytest reads as config (TEST_CONFIG), anywhere; every file under a test folder
+    (one that holds a listed test file and has "test" in its path); the test files (test_*.py,
+    *_test.py, __init__.py) beside a listed test file in any other folder. Then the row's test_patch
+    files. Raises ValueError where the workspace links (symlinks) any of these paths: a link could
+    carry a forged conftest.py or a stub module in, and no restore could see through it."""
     ids = [*check.fail_to_pass, *check.pass_to_pass]
-    dirs = {str(Path(i.split("::")[0]).parent) for i in ids} - {"."}
     named = {i.split("::")[0] for i in ids}
-    protected = lambda rel: (
-        rel in named or os.path.basename(rel) in TEST_CONFIG or any(rel.startswith(d + "/") for d in dirs)
-    )
-    theirs, ours = _text_files(workspace), _text_files(snapshot)
+    dirs = {str(Path(n).parent) for n in named} - {"."}
+    whole = {d for d in dirs if "test" in d}
+
+    def protected(rel: str) -> bool:
+        folder = os.path.dirname(rel)
+        return (rel in named or os.path.basename(rel) in TEST_CONFIG or any(rel.startswith(d + "/") for d in whole)
+                or (folder in dirs and _is_test_file(rel)))  # fmt: skip
+
+    theirs, links = _tree(workspace)
+    linked = [rel for rel in links if protected(rel) or rel in dirs or any(d.startswith(rel + "/") for d in dirs)]
+    if linked:
+        raise ValueError(f"the workspace links test files or test config: {', '.join(sorted(linked)[:3])}")
+    ours, _ = _tree(snapshot)
     files: dict[str, str | None] = {}
     for rel in sorted(set(theirs) | set(ours)):
-        if rel in keep or not protected(rel):
+        if not protected(rel):
             continue
         try:
-            files[rel] = ours[rel].read_text() if rel in ours else None
+            files[rel] = ours[rel].read_bytes().decode("utf-8") if rel in ours else None  # CRLF kept
         except UnicodeDecodeError:
-            continue  # a binary fixture: left as the workspace has it
+            continue  # a binary fixture: left as the workspace has it (docs/data.md)
     return {**files, **check.test_files}
 
 
 def run_swe_check(
-    workspace: Path, check: Check, python: str = PYTHON, snapshot: Path | None = None, keep: set[str] = frozenset()
+    workspace: Path, check: Check, python: str = PYTHON, snapshot: Path | None = None
 ) -> tuple[bool, dict[str, Any]]:
     """Write the task's tests and test config over the workspace (task_test_files; with no
     `snapshot`, the row's test_patch files only), run the files of FAIL_TO_PASS + PASS_TO_PASS with
     pytest in the sandbox (`python`: the harness's own, or the task's environment's; from
     /workspace, plugins not autoloaded as in run_tests); success is every listed id passing, by the
     runner's own verdict. The workspace is changed: run it on an episode's copy, never a snapshot."""
-    write_test_files(workspace, task_test_files(workspace, snapshot, check, keep) if snapshot else check.test_files)
+    write_test_files(workspace, task_test_files(workspace, snapshot, check) if snapshot else check.test_files)
     # Whole files, not node ids: pytest stops at a node id it cannot collect (a test file importing
     # what the fix adds), which would fail every PASS_TO_PASS id with it; a missing file, likewise.
     ids = [*check.fail_to_pass, *check.pass_to_pass]
     paths = [f for f in dict.fromkeys(i.split("::")[0] for i in ids) if (workspace / f).exists()]
-    args = ["-p", "no:cacheprovider", "-q", "-rA", "--tb=short", "--color=no", "--continue-on-collection-errors"]
+    args = ["-p", "no:cacheprovider", "-q", "--tb=short", "--color=no", "--continue-on-collection-errors"]
     nonce = secrets.token_hex(16)
     files = {"nonce": nonce, "run_swe.py": SWE_RUNNER.format(args=[*args, "--", *paths])}
     command = python_command(files, ["/tmp/check/run_swe.py"], python, cwd=SANDBOX_ROOT)
@@ -322,8 +340,7 @@ def make_checker(task: Task, python: str = PYTHON, snapshot: Path | None = None)
         return check_answer
 
     if check.kind == "swe":
-        keep = {f.path for f in parse_patch(task.solution.patch)} if task.solution.patch else set()
-        return lambda workspace, answer: run_swe_check(workspace, check, python, snapshot, keep)
+        return lambda workspace, answer: run_swe_check(workspace, check, python, snapshot)
 
     def check_tests(workspace: Path, answer: str | None) -> tuple[bool, dict[str, Any]]:
         return run_check(workspace, check.test or "", check.packages, check.timeout_s, python)

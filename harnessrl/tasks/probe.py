@@ -230,6 +230,7 @@ def repo_functions(repo_dir: Path) -> list[Function]:
 
 
 MAX_EXAMPLES = 8  # literal argument lists kept per function
+MAX_EXAMPLE_CHARS = 200
 
 
 def _imported(module: str, is_package: bool, tree: ast.Module) -> dict[str, tuple[str, str]]:
@@ -266,6 +267,8 @@ def literal_calls(repo_dir: Path, paths: list[str]) -> dict[tuple[str, str], lis
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 continue
             text = ", ".join(ast.unparse(a) for a in node.args)
+            if len(text) > MAX_EXAMPLE_CHARS:  # a test asserts it verbatim: no pages of data
+                continue
             seen = found.setdefault(resolve[name], [])
             if text not in seen and len(seen) < MAX_EXAMPLES:
                 seen.append(text)
@@ -273,7 +276,7 @@ def literal_calls(repo_dir: Path, paths: list[str]) -> dict[tuple[str, str], lis
     for path in paths:
         try:
             tree = ast.parse((repo_dir / path).read_text())
-        except (SyntaxError, UnicodeDecodeError, ValueError):
+        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
             continue
         module = module_of(path)
         own = {n.name: (module, n.name) for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -283,6 +286,6 @@ def literal_calls(repo_dir: Path, paths: list[str]) -> dict[tuple[str, str], lis
                 for line in re.findall(r"^\s*>>> (.+)$", node.value, re.MULTILINE):
                     try:
                         visit(ast.parse(line.strip(), mode="eval"), own, attributes=True)
-                    except SyntaxError:
+                    except (SyntaxError, ValueError, RecursionError, MemoryError):
                         continue
     return found
