@@ -160,10 +160,12 @@ def build(
         # twice, a docstring quoted in both) would teach the eval's answer: it is left out.
         train_texts = [t.instruction for t in tasks["train"] + mined["train"]]
         grams = eval_ngrams([t.instruction for t in heldout + mined["heldout"]], train_texts)
-        leaked = [t for t in mined["train"] if shares_ngram(t.instruction, grams)]
-        mined["train"] = [t for t in mined["train"] if t not in leaked]
-        if leaked:
-            bar.say(f"{len(leaked)} train tasks left out: their instructions overlap an eval task's")
+        clean = [t for t in mined["train"] if not shares_ngram(t.instruction, grams)]
+        if len(clean) < len(mined["train"]):
+            bar.say(
+                f"{len(mined['train']) - len(clean)} train tasks left out: their instructions overlap an eval task's"
+            )
+        mined["train"] = clean
         episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
         mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
         sft_rows += mined_sft

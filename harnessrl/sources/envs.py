@@ -50,14 +50,12 @@ from harnessrl.harness.sandbox import PYTHON
 
 ENV_FILES = ("requirements*.txt", "pyproject.toml", "setup.py")  # read from a source's root, whatever its include says
 ENVS_DIR = "envs"
+PIP_TAIL_LINES = 15
 
 
 def is_env_file(rel: str) -> bool:
     """Whether a path (relative to a source's root) is one of the ENV_FILES: at the root, by name."""
     return "/" not in rel and any(fnmatch.fnmatch(rel, pattern) for pattern in ENV_FILES)
-
-
-PIP_TAIL_LINES = 15
 
 
 class EnvError(RuntimeError):

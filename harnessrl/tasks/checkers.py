@@ -232,8 +232,7 @@ def task_test_files(workspace: Path, snapshot: Path, check: Check) -> dict[str, 
     *_test.py, __init__.py) beside a listed test file in any other folder. Then the row's test_patch
     files. Raises ValueError where the workspace links (symlinks) any of these paths: a link could
     carry a forged conftest.py or a stub module in, and no restore could see through it."""
-    ids = [*check.fail_to_pass, *check.pass_to_pass]
-    named = {i.split("::")[0] for i in ids}
+    named = {i.split("::")[0] for i in check.test_ids}
     dirs = {str(Path(n).parent) for n in named} - {"."}
     whole = {d for d in dirs if "test" in d}
 
@@ -269,8 +268,7 @@ def run_swe_check(
     write_test_files(workspace, task_test_files(workspace, snapshot, check) if snapshot else check.test_files)
     # Whole files, not node ids: pytest stops at a node id it cannot collect (a test file importing
     # what the fix adds), which would fail every PASS_TO_PASS id with it; a missing file, likewise.
-    ids = [*check.fail_to_pass, *check.pass_to_pass]
-    paths = [f for f in dict.fromkeys(i.split("::")[0] for i in ids) if (workspace / f).exists()]
+    paths = [f for f in dict.fromkeys(i.split("::")[0] for i in check.test_ids) if (workspace / f).exists()]
     args = ["-p", "no:cacheprovider", "-q", "--tb=short", "--color=no", "--continue-on-collection-errors"]
     nonce = secrets.token_hex(16)
     files = {"nonce": nonce, "run_swe.py": SWE_RUNNER.format(args=[*args, "--", *paths])}

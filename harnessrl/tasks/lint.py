@@ -63,13 +63,18 @@ def test_module_imports():
 """
 
 
+def violations(root: Path, target: str = ".") -> list[dict]:
+    """What ruff reports for the suite's rules under `target` (relative to `root`), as the check runs it:
+    no settings of the repository's, no noqa comment honoured."""
+    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--isolated", "--ignore-noqa", "--select", RULES]
+    cmd += ["--output-format", "json", target]
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    return json.loads(res.stdout or "[]")
+
+
 def dirty_files(root: Path) -> set[str]:
     """Files ruff already flags for the suite's rules: a task planted there would have two answers."""
-    cmd = [PYTHON, "-m", "ruff", "check", "--no-cache", "--isolated", "--ignore-noqa", "--select", RULES]
-    cmd += ["--output-format", "json", "."]
-    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
-    found = json.loads(res.stdout or "[]")
-    return {Path(v["filename"]).resolve().relative_to(root.resolve()).as_posix() for v in found}
+    return {Path(v["filename"]).resolve().relative_to(root.resolve()).as_posix() for v in violations(root)}
 
 
 def unused_import(rng: random.Random, text: str) -> tuple[str, Mutation] | None:

@@ -120,9 +120,10 @@ def find_functions(root: Path, path: str) -> list[Function]:
 def param_types(fn: Function) -> list[str]:
     """Each positional parameter's type, a key of POOLS: its annotation, else the one type of every
     literal the repo passes there; "" where neither says."""
+    examples = [ast.literal_eval(f"({ex},)") for ex in fn.examples]
     types = []
     for i, annotation in enumerate(fn.params):
-        seen = {type(ast.literal_eval(f"({ex},)")[i]).__name__ for ex in fn.examples if _arity(ex) > i}
+        seen = {type(args[i]).__name__ for args in examples if len(args) > i}
         found = annotation if annotation in POOLS else (seen.pop() if len(seen) == 1 else "")
         types.append(found if found in POOLS else "")
     return types
@@ -237,12 +238,14 @@ def _imported(module: str, is_package: bool, tree: ast.Module) -> dict[str, tupl
     """Names a module imports from modules of its own repo: local name -> (module, name there)."""
     found = {}
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            base = module.split(".") if is_package else module.split(".")[:-1]
-            origin = ".".join([*base[: len(base) - node.level + 1], *([node.module] if node.module else [])]) \
-                if node.level else node.module or ""  # fmt: skip
-            for a in node.names:
-                found[a.asname or a.name] = (origin, a.name)
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        origin = node.module or ""
+        if node.level:  # relative: from the module's package, `level - 1` packages up
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            origin = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+        for a in node.names:
+            found[a.asname or a.name] = (origin, a.name)
     return found
 
 

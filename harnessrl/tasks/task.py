@@ -46,6 +46,11 @@ class Check(BaseModel):
     pass_to_pass: list[str] = []
     timeout_s: float = Field(60.0, gt=0)
 
+    @property
+    def test_ids(self) -> list[str]:
+        """A swe row's test ids: FAIL_TO_PASS, then PASS_TO_PASS."""
+        return [*self.fail_to_pass, *self.pass_to_pass]
+
 
 class Solution(BaseModel):
     """What the expert knows; never shown to the policy. Which fields are set depends on `kind`:

@@ -67,11 +67,10 @@ def validate(
     workers: int = 4,
     on_done: Callable[[], None] | None = None,
     budgets: Budgets = VALIDATION_BUDGETS,
-    attacks: list[str] | None = None,
 ) -> tuple[list[Task], dict[str, Trajectory], dict[str, tuple[str, str]]]:
     """(kept tasks, the expert's trajectory of each kept task by id, each dropped task's id ->
-    (reason, a line on why)). `attacks`: every attack but "nothing" (which is the snapshot's run),
-    run on the tasks the expert solves; an empty list runs none."""
+    (reason, a line on why)). Every attack but "nothing" (the snapshot's run) runs on the tasks the
+    expert solves."""
     dropped: dict[str, tuple[str, str]] = {}
     if not tasks:
         return [], {}, dropped
@@ -90,8 +89,7 @@ def validate(
             solved.append(task)
         else:
             dropped[task.id] = (EXPERT_FAILS, why_failed(traj))
-    names = [n for n in ATTACKS if n != "nothing"] if attacks is None else attacks
-    passed = accepted(run_attacks(solved, suite_dir, names, workers=workers)) if names else {}
+    passed = accepted(run_attacks(solved, suite_dir, [n for n in ATTACKS if n != "nothing"], workers=workers))
     for task_id, by in passed.items():
         dropped[task_id] = (f"{ATTACK_PASSES}: {by[0]}", f"accepted: {', '.join(by)}")
     kept = [t for t in solved if t.id not in passed]
