@@ -83,7 +83,7 @@ def test_planted_lint_violations_are_what_ruff_reports(tmp_path):
 @needs_bwrap
 def test_every_suite_mines_validated_tasks_the_expert_solves(tmp_path):
     src = write_package(tmp_path / "geo")
-    wants = {"lookup": 6, "long_horizon": 3, "edit": 3, "lint": 3, "bugfix": 3}
+    wants = {"lookup": 6, "multi_lookup": 3, "long_horizon": 3, "edit": 3, "lint": 3, "bugfix": 3}
     cfg = SourceConfig(name="geo", path=str(src), tasks=wants)
     kept, episodes, infos, stats = mine_sources([cfg], 0, tmp_path / "out", workers=2)
     assert infos[0].revision.startswith("tree:")
@@ -94,6 +94,10 @@ def test_every_suite_mines_validated_tasks_the_expert_solves(tmp_path):
     assert {t.suite for t in tasks} == set(wants) and {t.source for t in tasks} == {"geo"}
     assert len({t.id for t in tasks}) == len(tasks)
     assert {t.solution.kind for t in tasks if t.suite == "edit"} == {"rename", "constant", "param"}
+    # Each multi-lookup asks for a different handful of the module's one-answer constants.
+    multi = [t for t in tasks if t.suite == "multi_lookup"]
+    assert len({tuple(sorted(t.solution.names)) for t in multi}) == len(multi)
+    assert all(set(t.solution.names) <= {"SIDES", "UNIT", "LABEL", "COLUMNS", "ROWS"} for t in multi)
     # Kept means: the expert solves it again, and doing nothing fails it.
     again = expert_trajectories(tasks, tmp_path / "out", workers=2)
     assert set(success_rates(again).values()) == {1.0}

@@ -216,6 +216,23 @@ def test_sft_batches_come_from_one_length_bucket_and_cover_every_conversation() 
     assert sorted(seen) == list(range(len(samples)))
 
 
+def test_embed_lr_moves_the_embeddings_at_their_own_rate(tiny_base: dict) -> None:
+    """One constant-rate AdamW step moves each weight by about its group's lr (Adam's first step is
+    lr * sign(grad)): the tied embeddings by embed_lr, the rest by lr."""
+    from harnessrl.train.engine import build_engine
+
+    model, _ = load(tiny_base["base"])
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = TrainConfig(steps=1, micro_batch_size=2, seq_len=16, lr=1e-4, embed_lr=1e-2, schedule="constant")
+    engine = build_engine(model, cfg)
+    x = torch.randint(10, 500, (2, 16), generator=torch.Generator().manual_seed(0))
+    engine.backward(model(input_ids=x, labels=x).loss)
+    engine.step()
+    moved = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()}
+    assert moved["model.embed_tokens.weight"] == pytest.approx(1e-2, rel=0.01)
+    assert max(v for n, v in moved.items() if "embed" not in n) == pytest.approx(1e-4, rel=0.01)
+
+
 def test_the_loss_on_labelled_positions_equals_the_models_own(tiny_base: dict) -> None:
     """lm_loss runs the output projection only where labels are; the number is HF's loss."""
     import torch

@@ -133,7 +133,7 @@ class GeneratedConfig(Strict):
 
 SOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Suites that can be mined from a real source (harnessrl/tasks/mine.py).
-MINED_SUITES = ("lookup", "long_horizon", "edit", "lint", "bugfix")
+MINED_SUITES = ("lookup", "multi_lookup", "long_horizon", "edit", "lint", "bugfix")
 
 
 class SourceConfig(Strict):

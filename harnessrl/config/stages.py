@@ -45,6 +45,13 @@ class TrainConfig(Strict):
     grad_accum: int = Field(1, gt=0)
     seq_len: int = Field(gt=8)
     lr: float = Field(gt=0, le=1)
+    embed_lr: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="learning rate of the token embeddings (and a tied output projection); None: lr. An "
+        "imported model's tool-call tags start as new rows, which SFT at a fine-tuning lr barely moves",
+    )
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"

@@ -7,6 +7,7 @@ candidate tasks of each suite:
 - lookup: where is class/function X defined, or what is the value of constant X, for module-level
   symbols the AST finds defined exactly once, whose definition line the expert's search pattern
   finds exactly once in the whole repository (so there is one right answer);
+- multi_lookup: the values of two or three of the numeric ones in one question, answered keyed;
 - long_horizon: the values of three numeric constants, one search each;
 - edit: rename a function everywhere, change an integer constant, or add a parameter to a function
   that answers ints (harnessrl/tasks/edit.py's checks: every module still imports, the change holds,
@@ -37,7 +38,7 @@ from harnessrl.harness.episode import Trajectory
 from harnessrl.harness.sandbox import PYTHON
 from harnessrl.sources.copies import SourceError, SourceInfo, copy_source
 from harnessrl.sources.envs import EnvError, build_env, env_python
-from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup
+from harnessrl.tasks import bugfix, edit, lint, long_horizon, lookup, multi_lookup
 from harnessrl.tasks.bugfix import top_level_names
 from harnessrl.tasks.probe import module_of, probe_functions, repo_functions
 from harnessrl.tasks.repogen import Repo, Symbol
@@ -141,6 +142,8 @@ def mine(
         if suite == "lookup":
             tasks = lookup.repo_tasks(repo, repo_rel, split)
             tasks = [tasks[i] for i in sorted(rng.sample(range(len(tasks)), min(want, len(tasks))))]
+        elif suite == "multi_lookup":
+            tasks = _multi_lookup_tasks(rng, repo, repo_rel, split, want)
         elif suite == "long_horizon":
             # Distinct triples of its numeric constants: a real module has few, unlike generated repos.
             triples = list(itertools.combinations(_numeric(repo), 3))
@@ -159,6 +162,22 @@ def mine(
             raise ValueError(f"source {name!r}: tasks: no way to mine suite {suite!r}")
         out[suite] = _ids(tasks, name, env)
     return out
+
+
+def _multi_lookup_tasks(rng: random.Random, repo: Repo, repo_rel: str, split: str, want: int) -> list[Task]:
+    """Up to `want` questions, each asking for a distinct handful of the source's numeric constants (two
+    or three, as the generated suite's); a source with fewer than two gives none. Numbers only: the
+    keyed answer ("A = 80, B = 0.5") is checked as written, and a string's quotes are not in its value."""
+    consts = _numeric(repo)
+    if len(consts) < 2:
+        return []
+    chosen: dict[tuple[str, ...], list[Symbol]] = {}
+    for _ in range(want * 4):  # draws repeat on a small module: a few more tries, then what there is
+        pick = rng.sample(consts, min(len(consts), rng.randint(*multi_lookup.NAMES)))
+        chosen.setdefault(tuple(sorted(c.name for c in pick)), pick)
+        if len(chosen) == want:
+            break
+    return [multi_lookup.task(pick, repo_rel, split, i) for i, pick in enumerate(chosen.values())]
 
 
 def _edit_tasks(

@@ -30,10 +30,25 @@ def ds_config(cfg: TrainConfig) -> dict:
 def build_engine(model: torch.nn.Module, cfg: TrainConfig):
     import deepspeed
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_at(step, cfg) / cfg.lr)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config(cfg))
     return engine
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """The optimizer's groups: the token embeddings (input and output, one tensor when tied) at
+    `embed_lr` where set, everything else at `lr`. A group's rate is its base rate times the schedule's
+    factor, so both follow one schedule."""
+    params = list(model.parameters())  # a tied tensor appears once
+    if cfg.embed_lr is None:
+        return [{"params": params, "lr": cfg.lr}]
+    out = model.get_output_embeddings()
+    embeds = {id(model.get_input_embeddings().weight)} | ({id(out.weight)} if out is not None else set())
+    return [
+        {"params": [p for p in params if id(p) not in embeds], "lr": cfg.lr},
+        {"params": [p for p in params if id(p) in embeds], "lr": cfg.embed_lr},
+    ]
 
 
 def optimizer_step(engine, model: torch.nn.Module, boundary: bool = True) -> float | None:
