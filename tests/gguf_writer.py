@@ -28,9 +28,9 @@ def small_bpe(texts: list[str], vocab_size: int = 400) -> Tokenizer:
     return tok
 
 
-def small_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+def small_llama(vocab_size: int, seed: int = 0, context: int = 512) -> LlamaForCausalLM:
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
                          rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA}, rms_norm_eps=1e-5, tie_word_embeddings=True,
                          bos_token_id=1, eos_token_id=2, pad_token_id=2)  # fmt: skip
     torch.manual_seed(seed)

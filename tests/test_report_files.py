@@ -18,7 +18,7 @@ CFG = EvalConfig(mix={"lookup": 1.0, "edit": 1.0}, seeds=[0, 1], num_tasks=10, m
 SOLVED = {"sft": 2, "rl": 9}  # of 10 tasks per suite and seed: RL clearly helped
 
 
-def _report(root: Path) -> tuple[dict, list[dict]]:
+def _report(root: Path, cfg: EvalConfig = CFG) -> tuple[dict, list[dict]]:
     results, episodes = [], []
     for stage, solved in SOLVED.items():
         ckpt = root / "checkpoints" / stage
@@ -27,11 +27,20 @@ def _report(root: Path) -> tuple[dict, list[dict]]:
         rows = [{"stage": stage, "checkpoint": f"{stage}-id-0123456789abcdef", "suite": suite, "task_id": f"{suite}{i}",
                  "seed": seed, "success": i < solved, "turns": 1 + i % 4, "tool_calls": 2, "parallel_turns": i % 2,
                  "malformed_turns": int(stage == "sft"), "asked": False, "tokens": 30, "wall_s": 0.2}
-                for suite in CFG.mix for seed in CFG.seeds for i in range(10)]  # fmt: skip
-        results.append(checkpoint_result(stage, rows[0]["checkpoint"], "seal", str(ckpt), rows, CFG))
+                for suite in cfg.mix for seed in cfg.seeds for i in range(10)]  # fmt: skip
+        results.append(checkpoint_result(stage, rows[0]["checkpoint"], "seal", str(ckpt), rows, cfg))
         episodes += rows
     training = [{"stage": "rl", "global_step": i + 1, "reward": 0.1 * i, "malformed": 0.3 - 0.1 * i} for i in range(3)]
-    return build_report(CFG, "data", results, episodes, training, []), episodes
+    return build_report(cfg, "data", results, episodes, training, []), episodes
+
+
+def test_every_suite_of_a_real_code_eval_gets_its_bar(tmp_path: Path) -> None:
+    """recipe=smol evaluates six suites; the success plot once set a bar's alpha below 0 for the fifth."""
+    suites = ("lookup", "multi_lookup", "edit", "lint", "bugfix", "swe")
+    report, episodes = _report(tmp_path, CFG.model_copy(update={"mix": dict.fromkeys(suites, 1.0)}))
+    out = write_report(tmp_path / "out", report, episodes)
+    assert (out / "success_by_stage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(report["suites"]) == set(suites)
 
 
 def test_report_files_are_complete_and_every_number_names_its_checkpoint(tmp_path: Path) -> None:

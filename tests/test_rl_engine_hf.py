@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harnessrl.engines.hf import HFEngine, generate, sample, stop_ids
+from harnessrl.engines.hf import HFEngine, generate, length_groups, sample, stop_ids
 from harnessrl.engines.weights import weights_blob
 from harnessrl.model.checkpoint import load
 from harnessrl.rl.trainer import Sample, completion_logprobs
@@ -119,3 +119,17 @@ def test_without_new_weights_a_batch_is_one_generate(tiny_base: dict[str, Path])
     ref = generate(model, tok, prompts, 10, 1.0, 3)
     assert [c.token_ids for c in out] == [c.token_ids for c in ref] and engine.interrupts == 0
     assert engine.set_weights(7, weights_blob(model)) == 7 == engine.version  # idle: loads at once
+
+
+def test_prompts_of_very_different_lengths_are_batched_apart(tiny_base: dict[str, Path]) -> None:
+    """A long prompt is not padded into a batch of short ones; greedy completions are the same either way."""
+    assert length_groups([0, 1, 2, 3], {0: 100, 1: 3000, 2: 120, 3: 250}) == [[0, 2, 3], [1]]
+    assert length_groups([2, 0, 1], {0: 40, 1: 200, 2: 90}) == [[2, 0, 1]]  # a tiny model's prompts: one batch
+    model, tok = load(tiny_base["base"])
+    short = tok("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    long = tok("import os\n" * 120 + "print(", add_special_tokens=False)["input_ids"]
+    assert len(long) > 2 * len(short) + 256
+    engine = HFEngine(model, tok, temperature=0.0)
+    out = engine.generate([(short, 8), (long, 8), (short, 8)], seed=0)
+    alone = [generate(model, tok, [p], 8, 0.0, 0)[0].token_ids for p in (short, long, short)]
+    assert [c.token_ids for c in out] == alone

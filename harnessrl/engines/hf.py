@@ -104,6 +104,22 @@ def generate(
     return completions
 
 
+def length_groups(keys: list[int], lengths: dict[int, int], slack: int = 256) -> list[list[int]]:
+    """`keys` split into batches of similar prompt length, each in the order given. A batch is padded to
+    its longest prompt, and every decode step attends over that width: one 3,000-token bugfix prompt
+    among 100-token lookups once made a whole eval turn cost as much as 95 bugfix prompts. A prompt
+    joins the batch of the shortest one before it while it is at most twice that long plus `slack`,
+    so prompts of a tiny model's size (all under `slack`) stay one batch, sampled as before."""
+    groups: list[list[int]] = []
+    for k in sorted(keys, key=lambda k: lengths[k]):
+        if groups and lengths[k] <= 2 * lengths[groups[-1][0]] + slack:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    rank = {k: i for i, k in enumerate(keys)}
+    return [sorted(g, key=rank.__getitem__) for g in groups]
+
+
 class HFEngine:
     """The `hf` engine behind the rollout-engine interface the `vllm` engine also has:
     `generate(requests, seed)` and `set_weights(version, blob)`.
@@ -144,12 +160,14 @@ class HFEngine:
         open_ = [k for k, (_, room) in enumerate(requests) if room > 0]
         part = 0
         while open_:
-            rooms = [requests[k][1] - len(ids[k]) for k in open_]
-            prompts = [requests[k][0] + ids[k] for k in open_]
-            out = generate(self.model, self.tok, prompts, max(rooms), self.temperature, seed + part, self._has_incoming)
-            for k, c, room in zip(open_, out, rooms, strict=True):
-                ids[k] += c.token_ids[:room]
-                lps[k] += c.logprobs[:room]
+            prompts = {k: requests[k][0] + ids[k] for k in open_}
+            for g, group in enumerate(length_groups(open_, {k: len(p) for k, p in prompts.items()})):
+                rooms = [requests[k][1] - len(ids[k]) for k in group]
+                out = generate(self.model, self.tok, [prompts[k] for k in group], max(rooms), self.temperature,
+                               seed + part + 1009 * g, self._has_incoming)  # fmt: skip
+                for k, c, room in zip(group, out, rooms, strict=True):
+                    ids[k] += c.token_ids[:room]
+                    lps[k] += c.logprobs[:room]
             open_ = [k for k in open_ if len(ids[k]) < requests[k][1] and not (ids[k] and ids[k][-1] in self._stop)]
             if not open_ or not self._has_incoming():
                 break

@@ -441,6 +441,7 @@ def step_metrics(
         "kl": stats.kl_sum / max(1, stats.tokens),
         "entropy": stats.entropy_sum / max(1, stats.tokens),  # per trained token: collapse shows here
         "trained_tokens": stats.tokens,
+        "trained_sequences": stats.sequences,
         "wait_s": wait_s,
         "step_s": step_s,
         "tokens_per_s": generated / step_s,

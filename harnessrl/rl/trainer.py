@@ -174,6 +174,7 @@ class Update:
 
     grad_norm: float = 0.0  # the largest over the step's mini-batches, before clipping
     tokens: int = 0
+    sequences: int = 0  # trained sequences: one per packed context segment (harnessrl/rl/loop.py, pack)
     clipped: int = 0
     tis_truncated: int = 0
     tis_weight_sum: float = 0.0
@@ -184,7 +185,7 @@ class Update:
     def combine(cls, parts: list[Update]) -> Update:
         """The step's measures from its trainer ranks' shares: sums, and the one global grad norm."""
         total = cls(grad_norm=max(p.grad_norm for p in parts))
-        for name in ("tokens", "clipped", "tis_truncated", "tis_weight_sum", "kl_sum", "entropy_sum"):
+        for name in ("tokens", "sequences", "clipped", "tis_truncated", "tis_weight_sum", "kl_sum", "entropy_sum"):
             setattr(total, name, sum(getattr(p, name) for p in parts))
         return total
 
@@ -256,6 +257,7 @@ class LocalTrainer:
             self.engine.backward(loss * world / norm)
             stats.grad_norm = max(stats.grad_norm, optimizer_step(self.engine, self.model))
             stats.tokens += sum(t.tokens for t in terms)
+            stats.sequences += len(terms)
             stats.clipped += sum(t.clipped for t in terms)
             stats.tis_truncated += sum(t.tis_truncated for t in terms)
             stats.tis_weight_sum += sum(t.tis_weight_sum for t in terms)
