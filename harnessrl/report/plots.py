@@ -44,8 +44,8 @@ def success_by_stage(report: dict[str, Any], path: Path) -> None:
         err = [[max(0.0, y - x["lo"]) for y, x in zip(ys, m, strict=True)],
                [max(0.0, x["hi"] - y) for y, x in zip(ys, m, strict=True)]]  # fmt: skip
         colors = [STAGE_COLORS.get(r["stage"], "#607d8b") for r in results]
-        ax.bar(xs, ys, width * 0.9, yerr=err, capsize=4, color=colors, edgecolor="black",
-               alpha=1 - 0.6 * j / max(1, len(suites) - 1))  # from 1 to 0.4, however many suites
+        alpha = 1 - 0.6 * j / max(1, len(suites) - 1)  # from 1 to 0.4, however many suites
+        ax.bar(xs, ys, width * 0.9, yerr=err, capsize=4, color=colors, edgecolor="black", alpha=alpha)
         for x, y, mm in zip(xs, ys, m, strict=True):
             ax.text(x, mm["hi"] + 0.015, f"{y:.2f}", ha="center", va="bottom", fontsize=8)  # above its CI bar
             if len(suites) > 1:  # which bar is which suite, written on the bar
