@@ -118,6 +118,8 @@ def test_source_config_refuses_what_would_not_take_effect():
         SourceConfig(name="g", generated={"num_repos": 2, "files_per_repo": 2}, tasks={"lookup": 2})
     with pytest.raises(ValueError, match="revision is for a git checkout"):
         SourceConfig(name="s", path="stdlib:json", revision="abc")
+    with pytest.raises(ValueError, match="sft is for a train source"):
+        SourceConfig(name="s", path="stdlib:json", split="heldout", sft=False)
     with pytest.raises(ValueError, match="used twice"):
         DataConfig(name="d", dir="data", sources=[{"name": "a", "path": "/x"}, {"name": "a", "path": "/y"}])
     with pytest.raises(ValueError, match="count tasks of generated repos"):
@@ -131,11 +133,13 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
         'SECRET = 5\nNAME = "held"\n\n\ndef only_here(value):\n    return value + 12345\n\n\nclass Vault:\n    pass\n'
     )
     held = write_package(tmp_path / "held", {"__init__.py": "", "secret.py": secret})
+    rl_only = write_package(tmp_path / "fresh", {"__init__.py": "", "fresh.py": "FRESH = 77\nOTHER = 78\n"})
     cfg = DataConfig(
         name="real",
         dir="data",
         sources=[
             {"name": "units", "path": str(train), "license": "MIT", "tasks": {"lookup": 4, "edit": 2, "lint": 2}},
+            {"name": "fresh", "path": str(rl_only), "sft": False, "tasks": {"lookup": 2}},
             {"name": "held", "path": str(held), "split": "heldout", "tasks": {"lookup": 3}},
         ],
         guess_share={"edit": 1.0},  # every edit conversation the lazy teacher's
@@ -147,7 +151,9 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     assert mining["units"]["lookup"]["kept"] == 4 and mining["units"]["lookup"]["expert_success"] == 1.0
     heldout = load_tasks(out / "tasks" / "heldout.jsonl")
     assert {t.source for t in heldout} == {"held"} and all(t.split == "heldout" for t in heldout)
-    assert {t.source for t in load_tasks(out / "tasks" / "train.jsonl")} == {"units"}
+    assert {t.source for t in load_tasks(out / "tasks" / "train.jsonl")} == {"units", "fresh"}
+    # An RL-only source gives RL prompts and no SFT conversation.
+    assert "FRESH" in (out / "prompts.jsonl").read_text() and "FRESH" not in (out / "sft.jsonl").read_text()
     # Decontamination: the held-out source's code is in no SFT conversation, prompt or corpus file.
     sft = (out / "sft.jsonl").read_text()
     assert "12345" not in sft and "SECRET" not in sft and "held/" not in sft

@@ -152,6 +152,11 @@ class SourceConfig(Strict):
     include: list[str] = Field(["**/*.py"], min_length=1, description="globs of files to read, from the root")
     exclude: list[str] = Field([], description="globs of files to skip, from the root")
     split: Literal["train", "heldout"] = "train"
+    sft: bool = Field(
+        True,
+        description="train sources: whether their tasks' expert episodes are SFT conversations; false keeps "
+        "them RL prompts only, so RL meets repositories whose paths and names SFT never showed",
+    )
     tasks: dict[Literal[MINED_SUITES], Annotated[int, Field(ge=0)]] = Field(
         {}, description="suite -> the most validated tasks mined from this source ({}: corpus only)"
     )
@@ -163,12 +168,14 @@ class SourceConfig(Strict):
         if self.generated is not None:
             # Generated repos hold a quarter out by repo, and have no revision or license to record.
             fields = type(self).model_fields
-            idle = [f for f in ("revision", "license", "include", "exclude", "split", "tasks")
+            idle = [f for f in ("revision", "license", "include", "exclude", "split", "sft", "tasks")
                     if getattr(self, f) != fields[f].default]  # fmt: skip
             if idle:
                 raise ValueError(f"source {self.name!r}: {', '.join(idle)} apply to a path, not generated repos")
         elif self.revision is not None and self.path.startswith(("s3://", "stdlib:", "site:")):
             raise ValueError(f"source {self.name!r}: revision is for a git checkout, not {self.path}")
+        if self.split == "heldout" and not self.sft:
+            raise ValueError(f"source {self.name!r}: sft is for a train source; a held-out one is never trained on")
         return self
 
 

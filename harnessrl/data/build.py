@@ -145,8 +145,9 @@ def build(
         for m in _habit_messages(hard_sft, tmp, after_miss, bar.step):
             sft_rows.append({"messages": m, "suite": hard_lookup.SUITE})
 
-        # Real sources: copied in, mined and validated. Every kept train task's expert episode is an
-        # SFT conversation and its prompt an RL prompt; held-out sources give eval tasks only.
+        # Real sources: copied in, mined and validated. Every kept train task's prompt is an RL prompt,
+        # and its expert episode an SFT conversation unless its source says `sft: false`; held-out
+        # sources give eval tasks only.
         real = [s for s in cfg.sources if s.generated is None]
         mined, episodes, infos, stats = mine_sources(
             real, cfg.seed, tmp, store, bar.say, processes=processes, use_ray=use_ray
@@ -167,7 +168,9 @@ def build(
             )
         mined["train"] = clean
         episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
-        mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]]
+        rl_only = {s.name for s in real if not s.sft}  # their tasks are RL prompts, never SFT conversations
+        mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]
+                     if t.source not in rl_only]  # fmt: skip
         sft_rows += mined_sft
         prompts += mined["train"]
         heldout += mined["heldout"]

@@ -100,7 +100,7 @@ def completion_logprobs(
             logp = torch.log_softmax(head(at).float() / temperature, dim=-1)
             out[i] = logp.gather(1, torch.tensor(s.completion)[where][:, None]).squeeze(1)
             if entropy is not None:
-                entropy.append(float(-(logp.exp() * logp).sum()))
+                entropy.append(float(-(logp.exp() * logp).sum().detach()))  # a measure: no graph
     return out  # type: ignore[return-value]
 
 
