@@ -58,14 +58,24 @@ def sft_steps(conversations: list[list[dict]], tok, sft: TrainConfig, tokens: in
     return max(1, math.ceil(tokens / (per_conversation * sft.micro_batch_size * sft.grad_accum)))
 
 
-def finetune(cfg: Config, parent: Path, conversations: list[list[dict]], steps: int, data_dir: Path, out: Path):
-    """The SFT stage on `conversations` from `parent`, for `steps` steps, into `out`."""
+def finetune(
+    cfg: Config,
+    parent: Path,
+    conversations: list[list[dict]],
+    steps: int,
+    data_dir: Path,
+    out: Path,
+    suites: list[str] | None = None,
+):
+    """The SFT stage on `conversations` from `parent`, for `steps` steps, into `out`. With `suites` (one
+    per conversation) the stage's own `mix` applies, as in the run's SFT stage."""
     from components.sft import work
 
     stage = cfg.stages.sft.model_copy(update={"steps": steps, "checkpoint_every": 0})
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="harnessrl-baseline-") as tmp:
-        (Path(tmp) / "sft.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in conversations))
+        rows = [{"messages": m} | ({"suite": suites[i]} if suites else {}) for i, m in enumerate(conversations)]
+        (Path(tmp) / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (Path(tmp) / HARNESS_FILE).write_text((data_dir / HARNESS_FILE).read_text())
         slice_ = stage_slice(cfg, "sft") | {"stage": stage.model_dump()}
         work(StageContext(cfg=slice_, parent=parent, out=out, data_dir=Path(tmp)))

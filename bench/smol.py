@@ -86,11 +86,12 @@ def sft_more(run: Path) -> dict:
     torch.manual_seed(cfg.seed)
     ckpts, data_dir = run / "checkpoints", data_folder(cfg.data)
     tokens, _ = rl_budget(ckpts / "rl", cfg)
-    expert = [r["messages"] for r in read_jsonl(data_dir / "sft.jsonl")]
+    rows = read_jsonl(data_dir / "sft.jsonl")
+    expert = [r["messages"] for r in rows]
     steps = sft_steps(expert, load(ckpts / "sft", cfg.model.dtype)[1], cfg.stages.sft, tokens)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harnessrl-smol-") as tmp:
-        finetune(cfg, ckpts / "sft", expert, steps, data_dir, Path(tmp) / "sft_more")
+        finetune(cfg, ckpts / "sft", expert, steps, data_dir, Path(tmp) / "sft_more", [r["suite"] for r in rows])
         ev = cfg.stages.eval
         tasks = load_heldout(data_dir, ev.mix, ev.num_tasks)
         rows = checkpoint_rows(Path(tmp) / "sft_more", tasks, data_dir, ev, cfg.model.dtype, cfg.engine)
