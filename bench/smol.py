@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,12 +91,16 @@ def sft_more(run: Path) -> dict:
     expert = [r["messages"] for r in rows]
     steps = sft_steps(expert, load(ckpts / "sft", cfg.model.dtype)[1], cfg.stages.sft, tokens)
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="harnessrl-smol-") as tmp:
-        finetune(cfg, ckpts / "sft", expert, steps, data_dir, Path(tmp) / "sft_more", [r["suite"] for r in rows])
-        ev = cfg.stages.eval
-        tasks = load_heldout(data_dir, ev.mix, ev.num_tasks)
-        rows = checkpoint_rows(Path(tmp) / "sft_more", tasks, data_dir, ev, cfg.model.dtype, cfg.engine)
-    out = held_out(rows) | {"steps": steps, "rl_trained_tokens": tokens, "seconds": time.monotonic() - t0}
+    # Kept beside the run's checkpoints (a half-written one from a killed sweep is replaced), so a
+    # surprising figure can be looked at: `harnessrl agent --model RUN/sft_more ...`.
+    ckpt = run / "sft_more"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    finetune(cfg, ckpts / "sft", expert, steps, data_dir, ckpt, [r["suite"] for r in rows])
+    ev = cfg.stages.eval
+    tasks = load_heldout(data_dir, ev.mix, ev.num_tasks)
+    episodes = checkpoint_rows(ckpt, tasks, data_dir, ev, cfg.model.dtype, cfg.engine)
+    (run / "sft_more.episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    out = held_out(episodes) | {"steps": steps, "rl_trained_tokens": tokens, "seconds": time.monotonic() - t0}
     done.write_text(json.dumps(out, indent=2) + "\n")
     return out
 
