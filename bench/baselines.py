@@ -50,42 +50,33 @@ def rl_budget(rl_dir: Path, cfg: Config) -> tuple[int, int]:
     return sum(r["trained_tokens"] for r in rows), groups * rl.group_size
 
 
-def sft_steps(conversations: list[list[dict]], tok, sft: TrainConfig, tokens: int) -> int:
-    """Optimizer steps of SFT on these conversations that train on about `tokens` tokens."""
+def sft_steps(rows: list[dict], tok, sft: TrainConfig, tokens: int) -> int:
+    """Optimizer steps of SFT on these conversations (sft.jsonl rows) that train on about `tokens` tokens."""
     from harnessrl.model.tokenizer import render_ids
 
-    per_conversation = sum(sum(render_ids(tok, m)[1]) for m in conversations) / len(conversations)
+    per_conversation = sum(sum(render_ids(tok, r["messages"])[1]) for r in rows) / len(rows)
     return max(1, math.ceil(tokens / (per_conversation * sft.micro_batch_size * sft.grad_accum)))
 
 
-def finetune(
-    cfg: Config,
-    parent: Path,
-    conversations: list[list[dict]],
-    steps: int,
-    data_dir: Path,
-    out: Path,
-    suites: list[str] | None = None,
-):
-    """The SFT stage on `conversations` from `parent`, for `steps` steps, into `out`. With `suites` (one
-    per conversation) the stage's own `mix` applies, as in the run's SFT stage."""
+def finetune(cfg: Config, parent: Path, rows: list[dict], steps: int, data_dir: Path, out: Path):
+    """The SFT stage on `rows` (sft.jsonl's: messages and suite, so the stage's own `mix` applies) from
+    `parent`, for `steps` steps, into `out`."""
     from components.sft import work
 
     stage = cfg.stages.sft.model_copy(update={"steps": steps, "checkpoint_every": 0})
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="harnessrl-baseline-") as tmp:
-        rows = [{"messages": m} | ({"suite": suites[i]} if suites else {}) for i, m in enumerate(conversations)]
         (Path(tmp) / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (Path(tmp) / HARNESS_FILE).write_text((data_dir / HARNESS_FILE).read_text())
         slice_ = stage_slice(cfg, "sft") | {"stage": stage.model_dump()}
         work(StageContext(cfg=slice_, parent=parent, out=out, data_dir=Path(tmp)))
 
 
-def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int) -> tuple[list[list[dict]], int]:
+def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int) -> tuple[list[dict], int]:
     """`episodes` episodes of the SFT checkpoint on RL's prompts, in groups of `group_size` and
     batches of `prompts_per_step` distinct prompts drawn uniformly (RL's `uniform` curriculum: the
     SFT policy's pass rates are what RFT samples, so nothing steers the draw); the successful ones'
-    conversations, and how many episodes ran."""
+    conversations as sft.jsonl rows, and how many episodes ran."""
     from harnessrl.engines.hf import HFEngine
     from harnessrl.harness.episode import BASE_UID
     from harnessrl.model.checkpoint import load
@@ -104,7 +95,8 @@ def rejection_samples(cfg: Config, sft_dir: Path, data_dir: Path, episodes: int)
         todo = [t for t in groups for _ in range(rl.group_size)][: episodes - start]
         uids = range(BASE_UID, BASE_UID + len(todo))
         trajs, _ = run_group(todo, data_dir, rl.budgets(), renderer, engine.generate, cfg.seed + b, uids)
-        wins += [tr.messages for tr in trajs if tr.outcome.success]
+        wins += [{"messages": tr.messages, "suite": t.suite} for t, tr in zip(todo, trajs, strict=True)
+                 if tr.outcome.success]  # fmt: skip
         if (b + 1) % 10 == 0:
             print(f"[rft] sampled {start + len(todo):,}/{episodes:,} episodes, {len(wins):,} successful", flush=True)
     return wins, episodes
@@ -149,7 +141,7 @@ def baselines(run_dir: Path) -> dict:
     out: dict = {"rl_trained_tokens": tokens, "rl_episodes": episodes}
     with tempfile.TemporaryDirectory(prefix="harnessrl-baselines-") as tmp:
         t0 = time.monotonic()
-        expert = [r["messages"] for r in read_jsonl(data_dir / "sft.jsonl")]
+        expert = read_jsonl(data_dir / "sft.jsonl")
         steps = sft_steps(expert, tok, cfg.stages.sft, tokens)
         finetune(cfg, ckpts / "sft", expert, steps, data_dir, Path(tmp) / "sft_more")
         out["sft_more"] = success(cfg, Path(tmp) / "sft_more", data_dir) | {"steps": steps,

@@ -13,7 +13,8 @@ packaging, urllib3). It prints one row per seed and the mean and spread:
     sft, rl    after SFT, after RL; gain = rl - sft, in points
     sft_more   the baseline above; rl-more = rl - sft_more, in points
     by suite   held-out success per suite after SFT and after RL, summed over sources
-    minutes    wall time per stage (data once, before the first seed)
+    minutes    wall time per stage; `run` is the whole `harnessrl run`, which for the first seed
+               includes building the data (the pipeline's own data step only copies it)
 
     python bench/smol.py [--seeds 0 1 2] [--root DIR] [-- OVERRIDE ...]
 
@@ -56,14 +57,17 @@ def run_seed(seed: int, root: Path, overrides: list[str]) -> None:
 
 
 def held_out(rows: list[dict]) -> dict:
-    """Success over every held-out episode, and per suite (summed over its sources)."""
-    by: dict[str, list[bool]] = {}
+    """Success over every held-out episode, and per suite (its sources together), by the eval
+    stage's own metrics (harnessrl/report/metrics.py)."""
+    from harnessrl.report.metrics import suite_metrics
+
+    by: dict[str, list[dict]] = {}
     for r in rows:
-        by.setdefault(r["suite"].split("@")[0], []).append(bool(r["success"]))
+        by.setdefault(r["suite"].split("@")[0], []).append(r)
     return {
-        "success": sum(bool(r["success"]) for r in rows) / len(rows),
+        "success": suite_metrics(rows, False)["success"]["value"],
         "episodes": len(rows),
-        "suites": {s: sum(v) / len(v) for s, v in sorted(by.items())},
+        "suites": {s: suite_metrics(v, False)["success"]["value"] for s, v in sorted(by.items())},
     }
 
 
@@ -87,15 +91,14 @@ def sft_more(run: Path) -> dict:
     torch.manual_seed(cfg.seed)
     ckpts, data_dir = run / "checkpoints", data_folder(cfg.data)
     tokens, _ = rl_budget(ckpts / "rl", cfg)
-    rows = read_jsonl(data_dir / "sft.jsonl")
-    expert = [r["messages"] for r in rows]
+    expert = read_jsonl(data_dir / "sft.jsonl")
     steps = sft_steps(expert, load(ckpts / "sft", cfg.model.dtype)[1], cfg.stages.sft, tokens)
     t0 = time.monotonic()
     # Kept beside the run's checkpoints (a half-written one from a killed sweep is replaced), so a
     # surprising figure can be looked at: `harnessrl agent --model RUN/sft_more ...`.
     ckpt = run / "sft_more"
     shutil.rmtree(ckpt, ignore_errors=True)
-    finetune(cfg, ckpts / "sft", expert, steps, data_dir, ckpt, [r["suite"] for r in rows])
+    finetune(cfg, ckpts / "sft", expert, steps, data_dir, ckpt)
     ev = cfg.stages.eval
     tasks = load_heldout(data_dir, ev.mix, ev.num_tasks)
     episodes = checkpoint_rows(ckpt, tasks, data_dir, ev, cfg.model.dtype, cfg.engine)
@@ -126,10 +129,17 @@ def seed_row(run: Path) -> dict:
     }
 
 
-def spread(values: list[float]) -> str:
+POINTS = ("gain", "rl-more")  # differences in points; the other columns are success rates
+
+
+def cell(col: str, value: float) -> str:
+    return f"{value:+9.1f}" if col in POINTS else f"{value:9.3f}"
+
+
+def spread(col: str, values: list[float]) -> str:
     mean = statistics.mean(values)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:6.3f} ± {sd:.3f}" if abs(mean) <= 1 else f"{mean:+6.1f} ± {sd:.1f}"
+    return f"{mean:+6.1f} ± {sd:.1f}" if col in POINTS else f"{mean:6.3f} ± {sd:.3f}"
 
 
 def main() -> None:
@@ -147,9 +157,8 @@ def main() -> None:
     cols = ("base", "sft", "rl", "sft_more", "gain", "rl-more")
     print(f"{'seed':>6} " + " ".join(f"{c:>9}" for c in cols) + "   episodes")
     for seed, r in rows.items():
-        print(f"{seed:>6} " + " ".join(f"{r[c]:9.3f}" if abs(r[c]) <= 1 else f"{r[c]:+9.1f}" for c in cols)
-              + f"   {r['episodes']}")  # fmt: skip
-    print(f"{'mean':>6} " + " ".join(f"{spread([r[c] for r in rows.values()]):>9}" for c in cols))
+        print(f"{seed:>6} " + " ".join(cell(c, r[c]) for c in cols) + f"   {r['episodes']}")
+    print(f"{'mean':>6} " + " ".join(f"{spread(c, [r[c] for r in rows.values()]):>9}" for c in cols))
     print("\nheld-out success by suite (mean over seeds): sft -> rl")
     for suite in next(iter(rows.values()))["suites"]:
         sft = statistics.mean(r["suites"][suite]["sft"] for r in rows.values())
