@@ -10,7 +10,7 @@ from harnessrl.harness import sandbox as sb
 from harnessrl.harness.sandbox import Sandbox, SandboxLimits, create_workspace, remove_workspace
 from harnessrl.harness.tools import ALL_TOOLS, ToolContext, ToolError, confine, files, select, truncate
 from harnessrl.harness.tools.search import BM25Index, tokenize
-from harnessrl.harness.tools.terminal import summarize_pytest
+from harnessrl.harness.tools.terminal import summarize_pytest, without_durations
 from tests.conftest import needs_bwrap
 
 UID = 61112
@@ -331,8 +331,16 @@ def test_run_tests_summarizes(env):
     out = call(ctx, "run_tests", paths=["tests"])
     assert out.splitlines()[0] == "[exit code 1] passed=2 failed=1 errors=0 skipped=0"
     assert "test_broken" in out
+    assert out.splitlines()[-1] == "1 failed, 2 passed", "no wall time: the same tests, the same text"
     out = call(ctx, "run_tests", keyword="add")
     assert out.splitlines()[0].startswith("[exit code 0] passed=1 failed=0")
+
+
+def test_pytest_wall_times_are_left_out():
+    assert without_durations("x 1 in 2\n=== 3 passed, 1 failed in 61.20s (0:01:01) ===\n") == (
+        "x 1 in 2\n=== 3 passed, 1 failed ===\n"
+    )
+    assert without_durations("2 passed, 1 warning in 0.13s") == "2 passed, 1 warning"
 
 
 def test_summarize_pytest():

@@ -57,6 +57,8 @@ class RunTestsArgs(BaseModel):
 
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
+# pytest's wall time on its summary line ("1 failed in 0.13s", "... in 61.20s (0:01:01)").
+_DURATION = re.compile(r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?")
 
 
 def summarize_pytest(output: str) -> dict[str, int]:
@@ -73,6 +75,12 @@ def summarize_pytest(output: str) -> dict[str, int]:
     return counts
 
 
+def without_durations(output: str) -> str:
+    """pytest's output without its wall times: the same tests give the same text, so an expert's
+    conversation (and the data folder that holds it) is the same on every build."""
+    return "\n".join(_DURATION.sub("", line) if _COUNT.search(line) else line for line in output.split("\n"))
+
+
 def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     paths = [show(ctx.workspace, confine(ctx.workspace, p)) for p in args.paths]
     # The sandbox's interpreter: a source's environment (its dependencies, and pytest) where it has one.
@@ -84,9 +92,9 @@ def run_tests(ctx: ToolContext, args: RunTestsArgs) -> str:
     # plugins the harness's own environment happens to have installed.
     command = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + shlex.join([*cmd, "--", *paths])
     res = sandbox_run(ctx, command, args.timeout_s)
-    c = summarize_pytest(res.output)
+    c = summarize_pytest(res.output)  # before the wall time goes: it marks the summary line
     head = f"[{_status(res)}] passed={c['passed']} failed={c['failed']} errors={c['errors']} skipped={c['skipped']}"
-    return truncate(f"{head}\n{res.output}", ctx.output_chars)
+    return truncate(f"{head}\n{without_durations(res.output)}", ctx.output_chars)
 
 
 TOOLS = [
