@@ -13,6 +13,7 @@ import pytest
 from harnessrl.config import DataConfig, SourceConfig, StoreConfig
 from harnessrl.data.build import build
 from harnessrl.data.corpus import corpus_texts
+from harnessrl.harness.context import SUMMARIZE_REQUEST
 from harnessrl.sources.copies import SourceError, copy_source, read_sources
 from harnessrl.tasks.task import load_tasks
 from tests.conftest import needs_bwrap
@@ -128,7 +129,7 @@ def test_source_config_refuses_what_would_not_take_effect():
 
 @needs_bwrap
 def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_path):
-    train = write_package(tmp_path / "units")
+    train = write_package(tmp_path / "units", {**PACKAGE, "limits.py": "DEPTH = 3\n"})  # three numbers
     secret = (
         'SECRET = 5\nNAME = "held"\n\n\ndef only_here(value):\n    return value + 12345\n\n\nclass Vault:\n    pass\n'
     )
@@ -138,7 +139,12 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
         name="real",
         dir="data",
         sources=[
-            {"name": "units", "path": str(train), "license": "MIT", "tasks": {"lookup": 4, "edit": 2, "lint": 2}},
+            {
+                "name": "units",
+                "path": str(train),
+                "license": "MIT",
+                "tasks": {"lookup": 4, "edit": 2, "lint": 2, "long_horizon": 1},
+            },
             {"name": "fresh", "path": str(rl_only), "sft": False, "tasks": {"lookup": 2}},
             {"name": "held", "path": str(held), "split": "heldout", "tasks": {"lookup": 3}},
         ],
@@ -161,7 +167,10 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     corpus = list(corpus_texts(out))
     assert any("SCALE = 1000" in t for t in corpus) and not any("12345" in t for t in corpus)
     rows = [json.loads(r) for r in sft.splitlines()]
-    assert {r["suite"] for r in rows} == {"lookup", "edit", "lint"}
+    assert {r["suite"] for r in rows} == {"lookup", "edit", "lint", "long_horizon"}
+    # A mined long-horizon task teaches the summary turn: the expert's episode, a row per segment.
+    first, *later = [r["messages"] for r in rows if r["suite"] == "long_horizon"]
+    assert first[-2]["content"] == SUMMARIZE_REQUEST and later and later[0][2]["content"].startswith("Summary 1:")
     assert {r["messages"][-1]["content"] for r in rows if r["suite"] == "edit"} == {"0"}  # guessed, per suite
     assert all(r["messages"][-1]["content"] != "0" for r in rows if r["suite"] != "edit")
 

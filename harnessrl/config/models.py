@@ -63,7 +63,8 @@ class SuiteCounts(Strict):
 
 class LongHorizonDataConfig(SuiteCounts):
     """The long-horizon suite's share of the data folder (harnessrl/tasks/long_horizon.py); each SFT
-    conversation is one row per context segment."""
+    conversation is one row per context segment. The counts are of generated tasks; the expert's
+    harness below also makes the SFT conversations of long-horizon tasks mined from real sources."""
 
     tasks_per_repo: int = Field(4, gt=0)
     facts_min: int = Field(3, ge=2, description="constants a task asks for, at least")
@@ -71,8 +72,9 @@ class LongHorizonDataConfig(SuiteCounts):
     verbose_share: float = Field(
         0.7, ge=0, le=1, description="share of the expert's summaries that say where each value was found"
     )
-    # The expert's harness, in its estimate of tokens (4 characters each): it summarizes after the
-    # second search (~107), and its verbose conversations need a second summary before the answer.
+    # The expert's harness, in its estimate of tokens (4 characters each): on generated repos it
+    # summarizes after the second search (~107), and its verbose conversations need a second summary
+    # before the answer. Real code's longer names and paths need a lower one (conf/recipe/smol.yaml).
     trigger: int = Field(
         95, gt=0, description="the expert's summary trigger, in its estimated tokens (4 characters each)"
     )

@@ -169,9 +169,14 @@ def build(
         mined["train"] = clean
         episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
         rl_only = {s.name for s in real if not s.sft}  # their tasks are RL prompts, never SFT conversations
-        mined_sft = [{"messages": episodes[t.id].messages, "suite": t.suite} for t in mined["train"]
-                     if t.source not in rl_only]  # fmt: skip
-        sft_rows += mined_sft
+        taught = [t for t in mined["train"] if t.source not in rl_only]
+        # A long-horizon task teaches the summary turn, as the generated suite's do: the expert runs
+        # it again under the data config's compacting harness, and each context segment is a row.
+        lh_mined = [t for t in taught if t.suite == long_horizon.SUITE]
+        segments = expert_segments(lh_mined, tmp, lh_cfg) if lh_mined else []
+        sft_rows += [{"messages": episodes[t.id].messages, "suite": t.suite} for t in taught
+                     if t.suite != long_horizon.SUITE]  # fmt: skip
+        sft_rows += [{"messages": seg, "suite": long_horizon.SUITE} for seg in segments]
         prompts += mined["train"]
         heldout += mined["heldout"]
         write_sources(tmp, infos)
