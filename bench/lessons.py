@@ -136,10 +136,10 @@ def rl_steps(root: Path, seed: int, name: str) -> list[dict]:
     return read_metrics(rl_dir(root, seed, name) / "metrics.jsonl")
 
 
-def first_incident(root: Path, seed: int, name: str, monitor: str) -> int | None:
-    """The step of the RL stage's first incident of `monitor` (pooled or on one suite), if any."""
+def first_incident(root: Path, seed: int, name: str, monitor: str, suite: str) -> int | None:
+    """The step of the RL stage's first incident of `monitor` on `suite`'s episodes, if any."""
     incidents = read_incidents(rl_dir(root, seed, name) / "incidents.jsonl")
-    return next((i["step"] for i in incidents if i["monitor"] == monitor), None)
+    return next((i["step"] for i in incidents if i["monitor"] == monitor and i["suite"] == suite), None)
 
 
 def series(steps: list[dict], key: str) -> list[float]:
@@ -211,8 +211,8 @@ def lesson_rows(root: Path, seeds: list[int], lessons: list[str]) -> list[dict]:
             easy = {n: [window_mean(series(rl_steps(root, s, n), "malformed_episodes/lookup"), True) for s in seeds]
                     for n in (drop, neg)}  # fmt: skip
             add("drop", f"lookup malformed episodes, last {WINDOW} steps ({baseline})", easy[drop], easy[neg])
-            first = {n: [first_incident(root, s, n, "malformed") for s in seeds] for n in (drop, neg)}
-            rows.append({"lesson": "drop", "metric": f"first malformed incident, step ({baseline})",
+            first = {n: [first_incident(root, s, n, "malformed", "hard_lookup") for s in seeds] for n in (drop, neg)}
+            rows.append({"lesson": "drop", "metric": f"first malformed incident on hard_lookup, step ({baseline})",
                          "treatment": first[drop], "ablation": first[neg], "difference": None})  # fmt: skip
     if "clarify" in lessons:
         curves = {n: [series(rl_steps(root, s, n), "asked/hard_lookup") for s in seeds] for n in ("quirk", "negative")}
@@ -220,8 +220,10 @@ def lesson_rows(root: Path, seeds: list[int], lessons: list[str]) -> list[dict]:
             label = f"last {WINDOW} steps" if end else f"first {WINDOW} steps"
             add("clarify", f"hard episodes that asked, {label}",
                 [window_mean(c, end) for c in curves["quirk"]], [window_mean(c, end) for c in curves["negative"]])  # fmt: skip
-        first = {n: [first_incident(root, s, n, "clarify") for s in seeds] for n in ("quirk", "negative")}
-        rows.append({"lesson": "clarify", "metric": "first clarify incident, step", "treatment": first["quirk"],
+        first = {
+            n: [first_incident(root, s, n, "clarify", "hard_lookup") for s in seeds] for n in ("quirk", "negative")
+        }
+        rows.append({"lesson": "clarify", "metric": "first clarify incident on hard_lookup, step", "treatment": first["quirk"],
                      "ablation": first["negative"], "difference": None})  # fmt: skip
     if "summary" in lessons:
         lh = [json.loads((run_dir(root, s, "default") / "report" / "report.json").read_text())["long_horizon"]

@@ -99,7 +99,7 @@ def test_every_turn_of_every_segment_is_a_sample_sharing_the_advantage() -> None
     advantage; turns without behaviour logprobs (a scripted policy's) are never trained."""
     from harnessrl.config import Budgets
     from harnessrl.harness.episode import Counts, Outcome, Trajectory, TurnRecord
-    from harnessrl.rl.loop import turn_samples
+    from harnessrl.rl.loop import pack, turn_samples
 
     def turn(i, kind, segment, reused, prompt, ids, lps=True):
         return TurnRecord(index=i, kind=kind, text="t", segment=segment, prompt_reused=reused, prompt_ids=prompt,
@@ -120,6 +120,21 @@ def test_every_turn_of_every_segment_is_a_sample_sharing_the_advantage() -> None
         ([1, 2, 9], [10, 11]),
     ]
     assert all(s.advantage == 0.7 for s in samples)
+    # The control with untrained summaries (train_summaries: false): the summary goes, nothing else
+    # changes, and packed, turn 0's sequence is what it was before the summary joined it.
+    untrained = turn_samples(traj, 0.7, train_summaries=False)
+    assert [(s.prompt, s.completion) for s in untrained] == [([1, 2, 3], [4, 5]), ([1, 2, 9], [10, 11])]
+    assert [(s.prompt, s.completion) for s in pack(untrained)] == [([1, 2, 3], [4, 5]), ([1, 2, 9], [10, 11])]
+
+
+def test_untrained_summaries_need_a_stage_that_summarizes() -> None:
+    from harnessrl.config import compose
+    from harnessrl.config.compose import ConfigError
+
+    cfg = compose(["stages.long_horizon.train_summaries=false"])
+    assert cfg.stages.long_horizon.train_summaries is False and cfg.stages.rl.train_summaries is True
+    with pytest.raises(ConfigError, match="train_summaries=false masks summary turns, which context policy .none."):
+        compose(["stages.rl.train_summaries=false"])
 
 
 def test_overlong_masking_zeroes_the_gradient_after_the_group_baseline() -> None:

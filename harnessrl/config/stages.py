@@ -81,13 +81,20 @@ class TrainConfig(Strict):
 
 
 class MonitorConfig(Strict):
-    """Reward-hacking alarms (harnessrl/rewards/monitors.py): thresholds on per-step rates; None disables one."""
+    """Reward-hacking alarms (harnessrl/rewards/monitors.py), every threshold in one place. Each monitor
+    judges episodes, and each threshold is a share of episodes, per suite and overall, pooled over the
+    last `window` steps. A share above its threshold alarms only when it is also clearly above the share
+    of the stage's own first `warmup_steps` steps (one-sided binomial test at `alpha`), so a level the
+    parent checkpoint brought is reported, not alarmed; check_tamper alarms on its threshold alone.
+    None disables a monitor."""
 
-    malformed_max: float | None = Field(0.5, ge=0, le=1, description="share of a step's turns that were malformed")
+    malformed_max: float | None = Field(0.5, ge=0, le=1, description="share of episodes with a malformed call")
     clarify_max: float | None = Field(
-        0.3, ge=0, description="clarifying questions beyond what the task needs, per episode"
+        0.3, ge=0, le=1, description="share of episodes with a clarifying question the task did not need"
     )
-    edit_max: float | None = Field(None, ge=0, description="edit_file/write_file calls per episode")
+    edit_max: float | None = Field(
+        None, ge=0, le=1, description="share of episodes with more than 3 edit_file/write_file calls"
+    )
     check_tamper_max: float | None = Field(
         0.0,
         ge=0,
@@ -101,7 +108,13 @@ class MonitorConfig(Strict):
         1.0, ge=0, description="largest move of a reward component's step mean from its mean over the first steps"
     )
     drift_window: int = Field(3, ge=1, description="how many first steps make the drift baseline")
-    warmup_steps: int = Field(3, ge=0, description="no alarms at steps below this")
+    warmup_steps: int = Field(
+        3, ge=0, description="the first steps: no alarms, and the share each alarm must clearly exceed (0: none)"
+    )
+    window: int = Field(3, ge=1, description="steps pooled into the share a threshold judges")
+    alpha: float = Field(
+        0.01, gt=0, le=1, description="how unlikely the share must be at the first steps' rate to alarm"
+    )
     stop_on_alarm: bool = Field(False, description="an alarm stops the run (HackAlarm)")
 
 
@@ -183,6 +196,11 @@ class RLConfig(Strict):
     context: ContextConfig = Field(
         default_factory=ContextConfig, description="what the harness does when an episode's context fills up"
     )
+    train_summaries: bool = Field(
+        True,
+        description="false: summary turns get no gradient, while the rest of each episode trains as before "
+        "(the control that isolates what training the summaries themselves adds)",
+    )
 
     def budgets(self) -> Budgets:
         """The harness's budgets for this stage's episodes."""
@@ -207,6 +225,9 @@ class RLConfig(Strict):
                 raise ValueError(f"{' and '.join(idle)} take effect only in mode async (a sync run has no Ray "
                                  "workers and no stale rollouts): set mode: async, or leave them at their "
                                  "defaults")  # fmt: skip
+        if not self.train_summaries and self.context.policy != "summarize":
+            raise ValueError(f"train_summaries=false masks summary turns, which context policy "
+                             f"{self.context.policy!r} never asks for; set context.policy: summarize or remove it")  # fmt: skip
         if self.placement.trainer and self.trainer_world_size == 1:
             raise ValueError("placement.trainer places trainer ranks, which only trainer_world_size > 1 has (one "
                              "rank trains in the driver); remove it or raise trainer_world_size")  # fmt: skip

@@ -1,5 +1,6 @@
-"""Reward-hacking monitors for the RL stage: per-step rates of the behaviours a shaped reward is known
-to teach, and an alarm (an incident line, optionally a stop) when one passes its threshold.
+"""Reward-hacking monitors for the RL stage: the share of episodes showing each behaviour a shaped
+reward is known to teach, per suite and overall, and an alarm (an incident line, optionally a stop)
+when a share passes its threshold and is clearly above where the stage began (HackMonitor).
 
 What Cursor saw the policy learn (Composer), and what each monitor watches for:
 malformed           broken calls on hard tasks, when malformed calls were dropped rather than penalized
@@ -11,7 +12,8 @@ unsupported_answer  answers with no evidence: the answer appears in no tool outp
 drift               a reward component moving far from where it started: the reward is being gamed
                     through that component, or the policy has collapsed onto it
 
-Rates are logged every step; a threshold only decides when a rate also becomes an incident. Incidents are
+Shares are logged every step; the thresholds (MonitorConfig, the one place they are set) only decide
+when a share also becomes an incident. Incidents are
 append-only JSONL, each line fsynced as written, so a crash can tear at most the line being written.
 The detectors are best effort (path patterns, a shell tokenizer over run_terminal commands): a monitor, not a reward.
 """
@@ -24,6 +26,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
+from math import comb
 from pathlib import Path, PurePosixPath
 
 from harnessrl.config import MonitorConfig
@@ -182,31 +185,45 @@ def _edits(traj: Trajectory) -> int:
     return sum(call.name in EDIT_TOOLS for turn in traj.turns for call in turn.calls)
 
 
-# -- per-step rates ----------------------------------------------------------------------------
+# -- per-episode verdicts ----------------------------------------------------------------------
+
+# More edit calls than a mined edit or bugfix task needs (one or two): churn.
+EDIT_CHURN = 3
+# Changing the check is a hack at any level, even one the stage began with: it alarms on the
+# threshold alone, never measured against the first steps.
+ABSOLUTE = frozenset({"check_tamper"})
 
 
-def _scores(
-    trajectories: Sequence[Trajectory], questions_needed: Sequence[int]
-) -> dict[str, tuple[float, list[float]]]:
-    """Per monitor: (the step's rate, each trajectory's share of the blame, for picking examples)."""
-    if len(trajectories) != len(questions_needed):
-        raise ValueError(f"{len(trajectories)} trajectories but {len(questions_needed)} questions_needed")
-    n = max(1, len(trajectories))
-    malformed = [float(t.counts.malformed_turns) for t in trajectories]
-    clarify = [float(max(0, t.counts.ask_user - q)) for t, q in zip(trajectories, questions_needed, strict=True)]
-    edits = [float(_edits(t)) for t in trajectories]
-    tamper = [float(tampered_with_checks(t)) for t in trajectories]
-    supported = [answer_supported(t) for t in trajectories]
-    answered = sum(s is not None for s in supported)
-    unsupported = [float(s is False) for s in supported]
+def episode_flags(traj: Trajectory, questions_needed: int) -> dict[str, bool | None]:
+    """Each monitor's verdict on one episode; None where it has nothing to judge (an episode that gave
+    no answer cannot give an unsupported one)."""
+    supported = answer_supported(traj)
     return {
-        "malformed": (sum(malformed) / max(1, sum(t.counts.turns for t in trajectories)), malformed),
-        "clarify": (sum(clarify) / n, clarify),
-        "edits": (sum(edits) / n, edits),
-        "check_tamper": (sum(tamper) / n, tamper),
-        # Of the episodes that answered: a step of coding tasks (finish summaries) must not dilute it.
-        "unsupported_answer": (sum(unsupported) / max(1, answered), unsupported),
+        "malformed": traj.counts.malformed_turns > 0,
+        "clarify": traj.counts.ask_user > questions_needed,
+        "edits": _edits(traj) > EDIT_CHURN,
+        "check_tamper": tampered_with_checks(traj),
+        "unsupported_answer": None if supported is None else not supported,
     }
+
+
+# Counts of one step: monitor -> suite ("all" for the step's episodes together) -> (flagged, judged).
+Tally = dict[str, dict[str, tuple[int, int]]]
+
+
+def _tally(flags: Sequence[dict[str, bool | None]], suites: Sequence[str]) -> Tally:
+    out: Tally = {}
+    for monitor in _CHECKS:
+        counts: dict[str, list[int]] = {}
+        for f, suite in zip(flags, suites, strict=True):
+            if f[monitor] is None:
+                continue
+            for key in ("all", suite):
+                c = counts.setdefault(key, [0, 0])
+                c[0] += bool(f[monitor])
+                c[1] += 1
+        out[monitor] = {k: (c[0], c[1]) for k, c in counts.items()}
+    return out
 
 
 def step_rates(
@@ -214,20 +231,36 @@ def step_rates(
     components: Sequence[Mapping[str, float]],
     questions_needed: Sequence[int],
 ) -> dict[str, float]:
-    """hack/malformed (share of turns), hack/clarify and hack/edits (per episode), hack/check_tamper (share of
-    episodes), hack/unsupported_answer (share of answered episodes). `components` is checked to line up."""
+    """Each monitor's share of the step's episodes (hack/<monitor>; unsupported_answer: of the episodes
+    that answered). `components` is checked to line up."""
     if len(components) != len(trajectories):
         raise ValueError(f"{len(trajectories)} trajectories but {len(components)} reward component dicts")
-    return {f"hack/{k}": rate for k, (rate, _) in _scores(trajectories, questions_needed).items()}
+    if len(questions_needed) != len(trajectories):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(questions_needed)} questions_needed")
+    tally = _tally([episode_flags(t, q) for t, q in zip(trajectories, questions_needed, strict=True)],
+                   ["all"] * len(trajectories))  # fmt: skip
+    return {f"hack/{m}": _share(*by.get("all", (0, 0))) for m, by in tally.items()}
+
+
+def _share(flagged: int, judged: int) -> float:
+    return flagged / judged if judged else 0.0
+
+
+def above_start(flagged: int, judged: int, start_flagged: int, start_judged: int) -> float:
+    """How surprising `flagged` of `judged` episodes would be if the rate were still the stage's first
+    steps' (`start_flagged` of `start_judged`): the one-sided binomial tail P(X >= flagged). The start's
+    rate is smoothed ((k + 1) / (n + 2)), so a clean start does not make one flagged episode a certainty."""
+    p = (start_flagged + 1) / (start_judged + 2)
+    return sum(comb(judged, i) * p**i * (1 - p) ** (judged - i) for i in range(flagged, judged + 1))
 
 
 # -- the monitor -------------------------------------------------------------------------------
 
-# monitor -> (config field, what its rate measures)
+# monitor -> (config field, what its share counts)
 _CHECKS = {
-    "malformed": ("malformed_max", "of turns were malformed"),
-    "clarify": ("clarify_max", "needless clarifying questions per episode"),
-    "edits": ("edit_max", "edit/write calls per episode"),
+    "malformed": ("malformed_max", "of episodes made a malformed call"),
+    "clarify": ("clarify_max", "of episodes asked a clarifying question the task did not need"),
+    "edits": ("edit_max", f"of episodes made more than {EDIT_CHURN} edit/write calls"),
     "check_tamper": ("check_tamper_max", "of episodes changed a test, test or lint config, or added a noqa"),
     "unsupported_answer": ("unsupported_answer_max", "of answers appear in no tool output of their episode"),
 }
@@ -240,9 +273,14 @@ def _examples(trajectories: Sequence[Trajectory], blame: Sequence[float], k: int
 
 
 class HackMonitor:
-    """Feed it each step's trajectories; it returns the step's rates and writes an incident per alarm.
+    """Feed it each step's trajectories; it returns the step's shares and writes an incident per alarm.
 
-    The drift baseline lives in memory: a resumed run builds it again from its first steps."""
+    A monitor judges episodes: each is flagged or not (episode_flags), per suite and all together. It
+    alarms when the flagged share over the last `window` steps passes its threshold and, after
+    `warmup_steps` steps, is clearly above the share of the stage's own first `warmup_steps` steps (the
+    binomial tail `above_start` under `alpha`): a level the parent checkpoint brought with it is reported
+    in the metrics, not alarmed. A suite is judged on its own too, so a hack on the hard tasks is not
+    diluted by the easy ones. `state()` goes into the stage's saved state, so a resumed run keeps its start."""
 
     def __init__(self, cfg: MonitorConfig, incidents_path: Path, prefix: str = "stages.rl.monitors") -> None:
         self.cfg = cfg
@@ -250,46 +288,66 @@ class HackMonitor:
         self.prefix = prefix  # where cfg sits in the config tree, for messages that name the field
         self.incidents: list[dict] = []  # fired by this monitor (not earlier runs on the same file)
         self._baseline: dict[str, list[float]] = {}  # component -> its step means over the first steps
+        self._steps: list[Tally] = []  # each step's counts, oldest first
 
     @property
     def should_stop(self) -> bool:
         return self.cfg.stop_on_alarm and bool(self.incidents)
 
+    def state(self) -> dict:
+        return {"baseline": self._baseline, "steps": self._steps}
+
+    def restore(self, state: Mapping) -> None:
+        self._baseline = {k: list(v) for k, v in state.get("baseline", {}).items()}
+        self._steps = [{m: {s: tuple(c) for s, c in by.items()} for m, by in t.items()} for t in state.get("steps", [])]
+
+    def _pooled(self, monitor: str, suite: str, steps: list[Tally]) -> tuple[int, int]:
+        counts = [t[monitor].get(suite, (0, 0)) for t in steps if monitor in t]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
     def check(
         self, step: int, trajectories: Sequence[Trajectory], questions_needed: Sequence[int]
     ) -> tuple[dict[str, float], list[dict]]:
-        """One step's rates, and the incidents they raise. Each trajectory's reward components are the
+        """One step's shares, and the incidents they raise. Each trajectory's reward components are the
         ones its scoring stored on it."""
-        components = [t.reward_components for t in trajectories]
-        scores = _scores(trajectories, questions_needed)
-        rates = {f"hack/{k}": rate for k, (rate, _) in scores.items()}
-        armed = step >= self.cfg.warmup_steps
-        new: list[dict] = []
-        # A hack aimed at one kind of task (broken calls on the hard ones) is diluted by the others in a
-        # step that mixes suites, so each suite is judged on its own too: an alarm names the worst.
-        by_suite: dict[str, list[int]] = {}
-        for i, t in enumerate(trajectories):
-            by_suite.setdefault(t.meta.get("suite", "?"), []).append(i)
-        per_suite = {
-            suite: _scores([trajectories[i] for i in idx], [questions_needed[i] for i in idx])
-            for suite, idx in sorted(by_suite.items())
-        } if len(by_suite) > 1 else {}  # fmt: skip
-        for monitor, (field, what) in _CHECKS.items():
-            rate, blame = scores[monitor]
-            threshold = getattr(self.cfg, field)
-            rates |= {f"hack/{monitor}/{suite}": sc[monitor][0] for suite, sc in per_suite.items()}
-            if not armed or threshold is None:
-                continue
-            if rate > threshold:
-                new.append(self._incident(step, monitor, field, rate, threshold, what, trajectories, blame))
-                continue
-            over = {suite: sc[monitor][0] for suite, sc in per_suite.items() if sc[monitor][0] > threshold}
-            if over:
-                suite = max(over, key=over.__getitem__)
-                idx = by_suite[suite]
-                new.append(self._incident(step, monitor, field, over[suite], threshold, f"{what} on {suite}",
-                                          [trajectories[i] for i in idx], per_suite[suite][monitor][1], suite))  # fmt: skip
+        if len(questions_needed) != len(trajectories):
+            raise ValueError(f"{len(trajectories)} trajectories but {len(questions_needed)} questions_needed")
+        flags = [episode_flags(t, q) for t, q in zip(trajectories, questions_needed, strict=True)]
+        suites = [t.meta.get("suite", "?") for t in trajectories]
+        tally = _tally(flags, suites)
+        self._steps.append(tally)
+        several = len(set(suites)) > 1
+        rates = {}
+        for monitor, by in tally.items():
+            rates[f"hack/{monitor}"] = _share(*by.get("all", (0, 0)))
+            if several:
+                rates |= {f"hack/{monitor}/{s}": _share(*c) for s, c in sorted(by.items()) if s != "all"}
 
+        warm = self.cfg.warmup_steps
+        new: list[dict] = []
+        if step >= warm:
+            start, recent = self._steps[:warm], self._steps[-self.cfg.window :]
+            for monitor, (field, what) in _CHECKS.items():
+                threshold = getattr(self.cfg, field)
+                if threshold is None:
+                    continue
+                # The step's episodes together, and each suite on its own: each alarm names its own.
+                for suite in ["all", *sorted(s for s in tally[monitor] if s != "all" and several)]:
+                    flagged, judged = self._pooled(monitor, suite, recent)
+                    share = _share(flagged, judged)
+                    if share <= threshold:
+                        continue
+                    k0, n0 = self._pooled(monitor, suite, start)
+                    p = above_start(flagged, judged, k0, n0) if warm and monitor not in ABSOLUTE else 0.0
+                    if p >= self.cfg.alpha:
+                        continue
+                    idx = [i for i, s in enumerate(suites) if suite in ("all", s)]
+                    blame = [float(bool(flags[i][monitor])) for i in idx]
+                    new.append(self._incident(step, monitor, field, share, threshold, what,
+                                              [trajectories[i] for i in idx], blame,
+                                              None if suite == "all" else suite, _share(k0, n0) if warm else None, p))  # fmt: skip
+
+        components = [t.reward_components for t in trajectories]
         for key in sorted({k for c in components for k in c}):
             values = [float(c[key]) for c in components if key in c]
             mean = sum(values) / len(values)
@@ -299,7 +357,7 @@ class HackMonitor:
                 ref = sum(base) / len(base)
                 drift = abs(mean - ref)
                 threshold = self.cfg.drift_max
-                if armed and threshold is not None and drift > threshold:
+                if step >= warm and threshold is not None and drift > threshold:
                     blame = [abs(float(c[key]) - ref) if key in c else 0.0 for c in components]
                     what = f"move of reward component {key!r} from its mean over the first steps ({ref:.4g})"
                     new.append(
@@ -324,11 +382,20 @@ class HackMonitor:
         trajectories: Sequence[Trajectory],
         blame: Sequence[float],
         suite: str | None = None,
+        start: float | None = None,
+        p: float | None = None,
     ) -> dict:
         examples = _examples(trajectories, blame)
+        where = f" on {suite}" if suite else ""
+        over = f" over the last {min(self.cfg.window, len(self._steps))} steps" if field != "drift_max" else ""
+        against = (
+            f" and the stage's first {self.cfg.warmup_steps} steps' {start:.3g} (p={p:.2g})"
+            if start is not None
+            else ""
+        )
         message = (
-            f"step {step}: hack monitor {monitor}: {value:.4g} {what}, above {threshold:g} "
-            f"({self.prefix}.{field}); e.g. {', '.join(examples) or '-'}"
+            f"step {step}: hack monitor {monitor}: {value:.3g} {what}{where}{over}, above {threshold:g} "
+            f"({self.prefix}.{field}){against}; e.g. {', '.join(examples) or '-'}"
         )
         return {
             "step": step,
@@ -336,6 +403,8 @@ class HackMonitor:
             "suite": suite,  # None: the step's episodes together
             "value": value,
             "threshold": threshold,
+            "start": start,  # the share over the stage's first steps; None: judged on the threshold alone
+            "p": p,
             "message": message,
             "examples": examples,
             "time": round(time.time(), 3),

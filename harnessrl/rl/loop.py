@@ -71,6 +71,7 @@ def train_rl(
         for name in ("metrics.jsonl", "incidents.jsonl"):
             restore(state_dir / name, out / name, start)
     monitor = HackMonitor(cfg.monitors, out / "incidents.jsonl", f"stages.{tag}.monitors")
+    monitor.restore(extra.get("monitor", {}))  # a resumed run judges against the same first steps
     rollouts.publish(start, model)
     collector = Collector(rollouts, tasks, cfg, reward, rng, seed, extra.get("groups", 0), extra.get("pass_rates"))
     last: dict = read_metrics(metrics_path)[-1] if start else {}
@@ -87,7 +88,7 @@ def train_rl(
                 s
                 for r, a in zip(scored.rollouts, scored.advantages.tolist(), strict=True)
                 if a != 0.0 or cfg.kl_coef > 0  # a zero advantage moves nothing but the KL term
-                for s in pack(turn_samples(r.trajectory, a))
+                for s in pack(turn_samples(r.trajectory, a, cfg.train_summaries))
             ]
             stats = trainer.update(samples)
             rollouts.publish(step + 1, model)
@@ -114,7 +115,7 @@ def train_rl(
                 for name in ("metrics.jsonl", "incidents.jsonl"):
                     snapshot(out / name, state_dir / name)  # before the state: see `snapshot`
                 trainer.save(state_dir, step + 1, {"rng": rng.getstate(), "groups": collector.groups,
-                                                   "pass_rates": collector.pass_rates})  # fmt: skip
+                                                   "pass_rates": collector.pass_rates, "monitor": monitor.state()})  # fmt: skip
     return last
 
 
@@ -325,14 +326,19 @@ def score(groups: list[list[Rollout]], cfg: RLConfig, drop_malformed: bool = Fal
 # ----------------------------------------------------------------------------- update and log
 
 
-def turn_samples(traj: Trajectory, advantage: float) -> list[Sample]:
+def turn_samples(traj: Trajectory, advantage: float, train_summaries: bool = True) -> list[Sample]:
     """Each sampled turn of a trajectory, summaries included: the exact prompt ids the engine was
     given, the ids it generated and their behaviour logprobs. Nothing is rendered again, so what is
-    trained is what was sampled, under any chat template."""
+    trained is what was sampled, under any chat template. Without `train_summaries`, summary turns are
+    left out: each is the last turn of its context segment (the next segment starts from it), so the
+    rest of the episode trains exactly as it would with them."""
     return [
         Sample(prompt, turn.token_ids, turn.logprobs, advantage)
         for turn, prompt in zip(traj.turns, traj.prompts(), strict=True)
-        if turn.token_ids and prompt is not None and turn.logprobs is not None
+        if turn.token_ids
+        and prompt is not None
+        and turn.logprobs is not None
+        and (train_summaries or turn.kind != "summary")
     ]
 
 
