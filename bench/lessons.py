@@ -8,6 +8,8 @@ run again), the hard runs as the RL stage alone (`harnessrl rl --checkpoint .../
 
     default         the default recipe: RL with the efficiency terms (turns, parallel calls)
     no_efficiency   the same with reward.turns=0 reward.parallel=0 (no long-horizon stage)
+    frozen_summaries  the default with stages.long_horizon.train_summaries=false: the long-horizon
+                    stage trains every turn but the summaries (CPT, SFT and RL from the default's cache)
     negative        RL on 60% lookups, 40% hard lookups (tasks/hard_lookup.py), the default reward
     drop            the same with reward=malformed_drop: a malformed episode gets no gradient
     negative_batch  negative with stages.rl.baseline=batch (one baseline per step, not per group)
@@ -24,9 +26,10 @@ over seeds with its standard deviation (the spread between seeds):
     clarify    share of hard-lookup RL episodes that asked the user, first 5 steps and last 5, quirk
                against negative; the step of the first clarify incident
     summary    held-out long-horizon success at the stage's context budget, the trained summary
-               against truncation and against the untrained summary (the RL checkpoint's); summary
-               tokens, trained against untrained; lookup success after the long-horizon stage
-               against before it (the eval's comparison in the default run: no extra runs)
+               against the no-gradient one (frozen_summaries), truncation and the untrained summary
+               (the RL checkpoint's), and the ceiling with no budget against it; summary tokens,
+               trained against untrained; lookup success after the long-horizon stage against
+               before it (each run's eval comparison)
 
 It writes lessons.json and two plots beside the runs: malformed rate per step (drop against
 negative) and clarify rate per step (quirk against the default reward). A run whose report exists is
@@ -64,15 +67,16 @@ RUNS: dict[str, list[str]] = {
     "negative_batch": [*HARD, "stages.rl.baseline=batch"],
     "drop_batch": [*HARD, "reward=malformed_drop", "stages.rl.baseline=batch"],
     "quirk": [*HARD, "reward=clarify_quirk"],
+    "frozen_summaries": ["stages.long_horizon.train_summaries=false"],
 }
-PIPELINE = ("default", "no_efficiency")  # the rest run the RL stage alone
+PIPELINE = ("default", "no_efficiency", "frozen_summaries")  # the rest run the RL stage alone
 LABELS = {"negative": "negative (default reward)", "negative_batch": "negative", "drop_batch": "drop",
           "quirk": "reward=clarify_quirk"}  # fmt: skip
 LESSONS = {
     "strategy": ["default", "no_efficiency"],
     "drop": ["negative", "drop", "negative_batch", "drop_batch"],
     "clarify": ["negative", "quirk"],
-    "summary": ["default"],  # the eval's long-horizon comparison of the default run
+    "summary": ["default", "frozen_summaries"],  # the eval's long-horizon comparison of each
 }
 WINDOW = 5  # steps averaged at the start and the end of RL
 
@@ -229,10 +233,15 @@ def lesson_rows(root: Path, seeds: list[int], lessons: list[str]) -> list[dict]:
         lh = [json.loads((run_dir(root, s, "default") / "report" / "report.json").read_text())["long_horizon"]
               for s in seeds]  # fmt: skip
         got = lambda method: [r[method]["success"]["value"] for r in lh]
+        frozen = [json.loads((run_dir(root, s, "frozen_summaries") / "report" / "report.json").read_text())
+                  ["long_horizon"]["trained_summary"]["success"]["value"] for s in seeds]  # fmt: skip
+        # The isolating control: the same stage, steps and seed, with no gradient on the summary turns.
+        add("summary", "long-horizon success, trained / no-gradient summary", got("trained_summary"), frozen)
         add("summary", "long-horizon success, trained summary / truncation", got("trained_summary"),
             got("truncation"))  # fmt: skip
         add("summary", "long-horizon success, trained / untrained summary", got("trained_summary"),
             got("untrained_summary"))  # fmt: skip
+        add("summary", "long-horizon success, no budget / trained summary", got("no_budget"), got("trained_summary"))
         tokens = {m: [r[m]["summary_tokens"] for r in lh] for m in ("trained_summary", "untrained_summary")}
         add("summary", "tokens per summary, trained / untrained", tokens["trained_summary"],
             tokens["untrained_summary"])  # fmt: skip

@@ -44,16 +44,17 @@ def test_smoke_recipe_runs_every_stage_and_writes_the_stage_contract(smoke_run: 
         harness = json.loads((smoke_run / "checkpoints" / stage / "harness.json").read_text())
         assert harness["tools"] == tools, stage
     assert harness["budgets"]["context"]["policy"] == "summarize"  # the long-horizon stage's
-    # The three context methods on the held-out long-horizon tasks, in the long-horizon harness.
+    # The context methods on the held-out long-horizon tasks, in the long-horizon harness.
     lh = report["long_horizon"]
-    for method in ("truncation", "untrained_summary", "trained_summary"):
+    for method in ("truncation", "untrained_summary", "trained_summary", "no_budget"):
         assert lh[method]["episodes"] == 2 and 0 <= lh[method]["success"]["value"] <= 1
         assert "summary_tokens" in lh[method] and len(lh[method]["rows"]) == 2
     assert lh["truncation"]["checkpoint"] == lh["untrained_summary"]["checkpoint"] == report["results"][3]["checkpoint"]
-    assert lh["trained_summary"]["checkpoint"] == report["results"][4]["checkpoint"]
+    assert lh["trained_summary"]["checkpoint"] == lh["no_budget"]["checkpoint"] == report["results"][4]["checkpoint"]
     assert lh["truncation"]["summary_tokens"] == 0 and lh["example"]["segments"]
+    assert lh["no_budget"]["summaries"] == lh["no_budget"]["compactions"] == 0  # nothing to compact
     html = (smoke_run / "report" / "report.html").read_text()
-    assert "Long horizon: truncation, untrained and trained summaries" in html and "Segment 1" in html
+    assert "Long horizon: truncation, untrained and trained summaries, no budget" in html and "Segment 1" in html
     assert (smoke_run / "config.yaml").is_file() and (smoke_run / "kfp.log").is_file()
     # The run's state root reached its stages, and does not outlive the run in this process.
     assert "HARNESSRL_STATE_ROOT" not in os.environ

@@ -41,7 +41,7 @@ def test_tiny_recipe_sft_is_measurable_and_rl_improves_on_it(tiny_run: Path) -> 
     assert final["hi"] >= rl["success"]
 
 
-def test_the_three_context_methods_run_in_the_long_horizon_harness(tiny_run: Path) -> None:
+def test_the_context_methods_run_in_the_long_horizon_harness(tiny_run: Path) -> None:
     report = json.loads((tiny_run / "report" / "report.json").read_text())
     lh = report["long_horizon"]
     harness = json.loads((tiny_run / "checkpoints" / "long_horizon" / "harness.json").read_text())
@@ -54,7 +54,9 @@ def test_the_three_context_methods_run_in_the_long_horizon_harness(tiny_run: Pat
     assert untrained["summaries"] > 0 and 0 < untrained["summary_tokens"] <= lh["context"]["summary_max_tokens"]
     by_stage = {r["stage"]: r["checkpoint"] for r in report["results"]}
     assert trunc["checkpoint"] == untrained["checkpoint"] == by_stage["rl"]
-    assert trained["checkpoint"] == by_stage["long_horizon"]
+    assert trained["checkpoint"] == lh["no_budget"]["checkpoint"] == by_stage["long_horizon"]
+    # The ceiling: the same checkpoint with the whole context, which nothing dropped or summarized.
+    assert lh["no_budget"]["episodes"] == 64 and lh["no_budget"]["compactions"] == 0
 
 
 def turns_per_solved(run_dir: Path, stage: str, suite: str) -> float:

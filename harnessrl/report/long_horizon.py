@@ -1,9 +1,11 @@
 """The long-horizon comparison: three ways to handle a full context, on the same held-out tasks, in
-the same harness and at the same context budget.
+the same harness and at the same context budget, and the ceiling without one.
 
     truncation          the long-horizon stage's parent, dropping the oldest turns
     untrained_summary   the same parent, summarizing at the trigger (what SFT taught it)
     trained_summary     the long-horizon checkpoint, summarizing: its summaries trained by the reward
+    no_budget           the long-horizon checkpoint with no context budget: nothing is ever dropped or
+                        summarized, so no method at any budget should need to beat it
 
 The harness is the long-horizon checkpoint's own (its harness.json): tools, turns, caps and context
 settings; truncation changes only the context policy. Each method reports success with its 95%
@@ -22,11 +24,12 @@ from harnessrl.report.metrics import episode_row
 from harnessrl.report.stats import bootstrap_ratio, wilson
 from harnessrl.tasks.task import Task
 
-METHODS = ("truncation", "untrained_summary", "trained_summary")
+METHODS = ("truncation", "untrained_summary", "trained_summary", "no_budget")
 
 
 def method_budgets(trained: Budgets) -> dict[str, Budgets]:
-    """Each method's budgets: the trained harness's, with truncation's own context policy."""
+    """Each method's budgets: the trained harness's, with truncation's own context policy, and none
+    for the ceiling."""
     ctx = trained.context
     if ctx.policy != "summarize":
         raise ValueError(f"the long-horizon checkpoint's harness does not summarize (context policy {ctx.policy!r})")
@@ -35,6 +38,7 @@ def method_budgets(trained: Budgets) -> dict[str, Budgets]:
         "truncation": trained.model_copy(update={"context": truncate}),
         "untrained_summary": trained,
         "trained_summary": trained,
+        "no_budget": trained.model_copy(update={"context": ContextConfig()}),
     }
 
 
@@ -79,12 +83,12 @@ def example(traj: Trajectory, task: Task) -> dict[str, Any]:
 def compare(
     parent: Path, trained: Path, trained_budgets: Budgets, tasks: list[Task], data_dir: Path, cfg, dtype: str, engine
 ) -> dict[str, Any]:
-    """Run the three methods; report.json's `long_horizon` object."""
+    """Run the methods; report.json's `long_horizon` object."""
     from harnessrl.lineage.manifest import read_manifest
     from harnessrl.report.episodes import checkpoint_trajectories
 
     budgets = method_budgets(trained_budgets)
-    ckpts = {"truncation": parent, "untrained_summary": parent, "trained_summary": trained}
+    ckpts = {"truncation": parent, "untrained_summary": parent, "trained_summary": trained, "no_budget": trained}
     out: dict[str, Any] = {"tasks": len(tasks), "context": trained_budgets.context.model_dump(),
                            "max_turns": trained_budgets.max_turns}  # fmt: skip
     for method in METHODS:

@@ -139,7 +139,7 @@ LH_HEADERS = ["method", "checkpoint", "success", "tokens per summary", "summarie
 
 
 def long_horizon_rows(report: dict[str, Any]) -> list[list[str]]:
-    """The three context methods side by side, as table cells."""
+    """The context methods side by side, as table cells."""
     from harnessrl.report.long_horizon import METHODS
 
     lh = report["long_horizon"]
@@ -182,7 +182,12 @@ def markdown(report: dict[str, Any]) -> str:
               "episodes for means and per-turn shares; pass@k is the unbiased estimator over the seeds.", ""]  # fmt: skip
     if report.get("long_horizon"):
         lh = report["long_horizon"]
-        lines += ["## Long horizon: truncation, untrained and trained summaries", "", _long_horizon_setup(lh), ""]
+        lines += [
+            "## Long horizon: truncation, untrained and trained summaries, no budget",
+            "",
+            _long_horizon_setup(lh),
+            "",
+        ]
         lines += ["| " + " | ".join(LH_HEADERS) + " |", "|" + "---|" * len(LH_HEADERS)]
         lines += ["| " + " | ".join(row) + " |" for row in long_horizon_rows(report)] + [""]
         ex = lh["example"]
@@ -242,7 +247,7 @@ def _link(out: Path, r: dict[str, Any]) -> str:
 def _long_horizon_html(report: dict[str, Any]) -> str:
     e = html.escape
     lh = report["long_horizon"]
-    parts = ["<h2>Long horizon: truncation, untrained and trained summaries</h2>", f"<p>{e(_long_horizon_setup(lh))}</p>",
+    parts = ["<h2>Long horizon: truncation, untrained and trained summaries, no budget</h2>", f"<p>{e(_long_horizon_setup(lh))}</p>",
              "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in LH_HEADERS) + "</tr>"]  # fmt: skip
     parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in long_horizon_rows(report)]
     parts.append("</table>")
