@@ -143,12 +143,13 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
                 "name": "units",
                 "path": str(train),
                 "license": "MIT",
-                "tasks": {"lookup": 4, "edit": 2, "lint": 2, "long_horizon": 1},
+                "tasks": {"lookup": 4, "edit": 2, "lint": 2, "long_horizon": 1, "multi_lookup": 2},
             },
             {"name": "fresh", "path": str(rl_only), "sft": False, "tasks": {"lookup": 2}},
             {"name": "held", "path": str(held), "split": "heldout", "tasks": {"lookup": 3}},
         ],
         guess_share={"edit": 1.0},  # every edit conversation the lazy teacher's
+        multi_lookup={"parallel_share": 1.0},  # and every multi-lookup's searches in one turn
     )
     out = build(cfg, tmp_path / "data")
     sources = {s["name"]: s for s in read_sources(out)}
@@ -167,7 +168,9 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     corpus = list(corpus_texts(out))
     assert any("SCALE = 1000" in t for t in corpus) and not any("12345" in t for t in corpus)
     rows = [json.loads(r) for r in sft.splitlines()]
-    assert {r["suite"] for r in rows} == {"lookup", "edit", "lint", "long_horizon"}
+    assert {r["suite"] for r in rows} == {"lookup", "edit", "lint", "long_horizon", "multi_lookup"}
+    multi = [r["messages"] for r in rows if r["suite"] == "multi_lookup"]
+    assert multi and all(m[2]["content"].count("<tool_call>") >= 2 for m in multi)  # parallel, as mined
     # A mined long-horizon task teaches the summary turn: the expert's episode, a row per segment.
     first, *later = [r["messages"] for r in rows if r["suite"] == "long_horizon"]
     assert first[-2]["content"] == SUMMARIZE_REQUEST and later and later[0][2]["content"].startswith("Summary 1:")

@@ -90,7 +90,8 @@ class LongHorizonDataConfig(SuiteCounts):
 
 class MultiLookupDataConfig(SuiteCounts):
     """The multi_lookup suite (harnessrl/tasks/multi_lookup.py): "What are the values of A and B?" on the
-    generated repos, a search per name and no context budget, so the policy can search in parallel."""
+    generated repos, a search per name and no context budget, so the policy can search in parallel. The
+    counts are of generated tasks; `parallel_share` applies to tasks mined from real sources too."""
 
     names_min: int = Field(2, ge=2, description="constants a task asks for, at least")
     names_max: int = Field(3, ge=2, description="constants a task asks for, at most")

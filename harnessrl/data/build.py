@@ -167,15 +167,23 @@ def build(
                 f"{len(mined['train']) - len(clean)} train tasks left out: their instructions overlap an eval task's"
             )
         mined["train"] = clean
-        episodes |= guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
+        guessed = guesses(mined["train"], tmp, cfg.guess_share)  # the teacher's lazy habit, per suite
+        episodes |= guessed
         rl_only = {s.name for s in real if not s.sft}  # their tasks are RL prompts, never SFT conversations
         taught = [t for t in mined["train"] if t.source not in rl_only]
         # A long-horizon task teaches the summary turn, as the generated suite's do: the expert runs
         # it again under the data config's compacting harness, and each context segment is a row.
         lh_mined = [t for t in taught if t.suite == long_horizon.SUITE]
         segments = expert_segments(lh_mined, tmp, lh_cfg) if lh_mined else []
-        sft_rows += [{"messages": episodes[t.id].messages, "suite": t.suite} for t in taught
-                     if t.suite != long_horizon.SUITE]  # fmt: skip
+        # A mined multi_lookup conversation makes every search in one turn on `parallel_share` of them
+        # (each task's own coin, a guessed one excepted), as the generated suite's do: else SFT never
+        # shows a parallel call and RL has none to reinforce. The rest keep their validation episode.
+        parallel = {t.id: "parallel" for t in taught if t.suite == multi_lookup.SUITE and t.id not in guessed
+                    and _coin("parallel", t.id, ml_cfg.parallel_share)}  # fmt: skip
+        messages = {t.id: episodes[t.id].messages for t in taught}
+        redone = [t for t in taught if t.id in parallel]
+        messages |= dict(zip([t.id for t in redone], _habit_messages(redone, tmp, parallel), strict=True))
+        sft_rows += [{"messages": messages[t.id], "suite": t.suite} for t in taught if t.suite != long_horizon.SUITE]
         sft_rows += [{"messages": seg, "suite": long_horizon.SUITE} for seg in segments]
         prompts += mined["train"]
         heldout += mined["heldout"]
