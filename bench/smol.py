@@ -11,6 +11,8 @@ packaging, urllib3). It prints one row per seed and the mean and spread:
 
     base       the imported model, zero-shot (the eval stage's first row)
     sft, rl    after SFT, after RL; gain = rl - sft, in points
+    long-horizon  the eval's comparison on held-out long-horizon tasks: truncation, the untrained and
+               the trained summary, and no budget (harnessrl/report/long_horizon.py)
     sft_more   the baseline above; rl-more = rl - sft_more, in points
     by suite   held-out success per suite after SFT and after RL, summed over sources
     minutes    wall time per stage; `run` is the whole `harnessrl run`, which for the first seed
@@ -116,6 +118,8 @@ def seed_row(run: Path) -> dict:
     wall = json.loads((run / "wall.json").read_text())["seconds"] / 60 if (run / "wall.json").is_file() else None
     sft, rl = stages["sft"]["suites"], stages["rl"]["suites"]
     more = sft_more(run)
+    report = json.loads((run / "report" / "report.json").read_text())
+    lh = report.get("long_horizon") or {}
     return {
         "base": stages["base"]["success"],
         "sft": stages["sft"]["success"],
@@ -126,6 +130,8 @@ def seed_row(run: Path) -> dict:
         "episodes": stages["rl"]["episodes"],
         "suites": {s: {"sft": sft[s], "rl": rl[s]} for s in rl},
         "minutes": {s: summary[s] / 60 for s in STAGES if s in summary} | {"run": wall},
+        # The eval's long-horizon comparison on held-out long-horizon tasks, where the recipe has one.
+        "long_horizon": {m: v["success"]["value"] for m, v in lh.items() if isinstance(v, dict) and "success" in v},
     }
 
 
@@ -164,6 +170,12 @@ def main() -> None:
         sft = statistics.mean(r["suites"][suite]["sft"] for r in rows.values())
         rl = statistics.mean(r["suites"][suite]["rl"] for r in rows.values())
         print(f"  {suite:<14} {sft:.3f} -> {rl:.3f}")
+    methods = list(next(iter(rows.values()))["long_horizon"])
+    if methods:
+        print("\nheld-out long-horizon success, by how the context is handled")
+        print(f"{'seed':>6} " + " ".join(f"{m:>17}" for m in methods))
+        for seed, r in rows.items():
+            print(f"{seed:>6} " + " ".join(f"{r['long_horizon'].get(m, float('nan')):>17.3f}" for m in methods))
     print("\nminutes per stage (mean over seeds): " + ", ".join(
         f"{s} {statistics.mean(r['minutes'][s] for r in rows.values()):.1f}"
         for s in (*STAGES, "run") if all(r["minutes"].get(s) is not None for r in rows.values())))  # fmt: skip
