@@ -178,6 +178,12 @@ class RLConfig(Strict):
     )
     placement: Placement = Field(default_factory=Placement, description="async only: where the actors run")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the RL trainer")
+    activation_checkpointing: bool = Field(
+        False,
+        description="recompute each layer's activations in the backward pass instead of keeping them: the "
+        "update's memory no longer grows with every token of the step's episodes, for about a third more "
+        "compute in the update",
+    )
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")
     mix: Mix = Field(
