@@ -133,7 +133,7 @@ def test_untrained_summaries_need_a_stage_that_summarizes() -> None:
 
     cfg = compose(["stages.long_horizon.train_summaries=false"])
     assert cfg.stages.long_horizon.train_summaries is False and cfg.stages.rl.train_summaries is True
-    with pytest.raises(ConfigError, match="train_summaries=false masks summary turns, which context policy .none."):
+    with pytest.raises(ConfigError, match=r"train_summaries=false masks summary turns, which context policy .none."):
         compose(["stages.rl.train_summaries=false"])
 
 
