@@ -218,6 +218,8 @@ def test_warmup_holds_alarms_and_tampering_alarms_at_any_level(tmp_path):
     fired = [len(run_step(monitor, step, tamper)[1]) for step in range(4)]
     assert fired == [0, 0, 1, 1]  # changing the check is a hack even at the level the stage began with
     assert [i["step"] for i in read_incidents(tmp_path / "i.jsonl")] == [2, 3]
+    # Judged on its threshold alone: the incident claims no comparison with the start.
+    assert all(i["start"] is None and i["p"] is None for i in read_incidents(tmp_path / "i.jsonl"))
 
 
 def test_a_resumed_monitor_judges_against_the_same_first_steps(tmp_path):

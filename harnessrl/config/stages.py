@@ -181,8 +181,8 @@ class RLConfig(Strict):
     activation_checkpointing: bool = Field(
         False,
         description="recompute each layer's activations in the backward pass instead of keeping them: the "
-        "update's memory no longer grows with every token of the step's episodes, for about a third more "
-        "compute in the update",
+        "update's memory no longer grows with every token of the step's episodes (bench/rl_memory.py: "
+        "0.35x the peak on SmolLM2-135M, in 0.97x the time on CPU)",
     )
     checkpoint_every: int = Field(10, gt=0, description="save a resumable state every N steps")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="reward-hacking alarms")

@@ -302,7 +302,7 @@ class HackMonitor:
         self._steps = [{m: {s: tuple(c) for s, c in by.items()} for m, by in t.items()} for t in state.get("steps", [])]
 
     def _pooled(self, monitor: str, suite: str, steps: list[Tally]) -> tuple[int, int]:
-        counts = [t[monitor].get(suite, (0, 0)) for t in steps if monitor in t]
+        counts = [t[monitor].get(suite, (0, 0)) for t in steps]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
     def check(
@@ -337,15 +337,16 @@ class HackMonitor:
                     share = _share(flagged, judged)
                     if share <= threshold:
                         continue
+                    against_start = bool(warm) and monitor not in ABSOLUTE
                     k0, n0 = self._pooled(monitor, suite, start)
-                    p = above_start(flagged, judged, k0, n0) if warm and monitor not in ABSOLUTE else 0.0
-                    if p >= self.cfg.alpha:
+                    p = above_start(flagged, judged, k0, n0) if against_start else None
+                    if p is not None and p >= self.cfg.alpha:
                         continue
                     idx = [i for i, s in enumerate(suites) if suite in ("all", s)]
                     blame = [float(bool(flags[i][monitor])) for i in idx]
                     new.append(self._incident(step, monitor, field, share, threshold, what,
                                               [trajectories[i] for i in idx], blame,
-                                              None if suite == "all" else suite, _share(k0, n0) if warm else None, p))  # fmt: skip
+                                              None if suite == "all" else suite, _share(k0, n0) if against_start else None, p))  # fmt: skip
 
         components = [t.reward_components for t in trajectories]
         for key in sorted({k for c in components for k in c}):
@@ -404,7 +405,7 @@ class HackMonitor:
             "value": value,
             "threshold": threshold,
             "start": start,  # the share over the stage's first steps; None: judged on the threshold alone
-            "p": p,
+            "p": p,  # how unlikely the share would be at the start's rate; None: not compared
             "message": message,
             "examples": examples,
             "time": round(time.time(), 3),
