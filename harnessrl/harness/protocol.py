@@ -1,13 +1,13 @@
-"""The tool-call protocol (Hermes/Qwen convention): rendering tools and calls, parsing assistant turns.
+"""The tool-call protocol: rendering tools and calls, parsing and classifying assistant turns.
 
-The model calls tools by writing, anywhere in its turn and possibly several times,
+The model calls tools in its own format (harnessrl/harness/formats/; Hermes by default), e.g.
 
     <tool_call>
     {"name": "read_file", "arguments": {"path": "src/app.py"}}
     </tool_call>
 
-Calls in one turn are independent; the harness runs them in parallel and returns the results in
-order, one <tool_response> each. A turn with no tags is the final answer. Everything else is
+possibly several times in a turn. Calls in one turn are independent; the harness runs them in parallel and returns the results in
+order, one tool message each. A turn with no call syntax is the final answer. Everything else is
 malformed, and the errors go back to the model; a turn is never silently dropped or repaired, so
 what the model is trained on is exactly what it wrote. A leading <think>...</think> block (Qwen3
 reasoning) is set aside before classifying.
@@ -18,15 +18,28 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harnessrl.harness.formats import (
+    BAD_ARGUMENTS,
+    EMPTY,
+    MISPLACED,
+    TEXT_OUTSIDE,
+    TOO_MANY_CALLS,
+    UNKNOWN_TOOL,
+    UNPARSEABLE,
+    Problem,
+    RawCall,
+    hermes,
+    short,
+)
 from harnessrl.harness.tools import Tool
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
-_TAGS = re.compile(r"</?tool_call>|</?tool_response>")
+CALL_OPEN, CALL_CLOSE = hermes.OPEN, hermes.CLOSE
+RESPONSE_OPEN, RESPONSE_CLOSE = hermes.RESPONSE_OPEN, hermes.RESPONSE_CLOSE
 _THINK = re.compile(r"\s*(?:<think>)?(.*?)</think>", re.DOTALL)
 
 
@@ -43,133 +56,111 @@ class ParsedTurn(BaseModel):
     final_text: str | None = None  # only for kind == "final"
     reasoning: str | None = None  # the <think> block, if any
     errors: list[str] = []  # only for kind == "malformed"; each names the call and what is wrong
+    classes: list[str] = []  # the class of each error (harnessrl/harness/formats/__init__.py)
 
 
-def _short(s: str, n: int = 80) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
-def _parse_call(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[ToolCall | None, list[str]]:
-    """One <tool_call> body -> a validated call, or the errors that say why not. Call i is 1-based."""
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return None, [f"call {i}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}): {_short(body)!r}"]
-    except (ValueError, RecursionError) as e:  # e.g. integers too long to convert, absurd nesting
-        return None, [f"call {i}: invalid JSON ({type(e).__name__})"]
-    if not isinstance(obj, dict):
-        got = type(obj).__name__
-        return None, [f'call {i}: expected a JSON object {{"name": ..., "arguments": {{...}}}}, got {got}']
-    errors = []
-    extra = sorted(set(obj) - {"name", "arguments"})
-    if extra:
-        errors.append(f"call {i}: unexpected keys {extra}; a call has only 'name' and 'arguments'")
-    name = obj.get("name")
+def _check_call(i: int, call: RawCall, tools: Mapping[str, Tool]) -> tuple[ToolCall | None, list[Problem]]:
+    """A call's name and arguments against the tools offered, whatever format it came in."""
+    problems = []
+    name, arguments = call.name, call.arguments
     if name is None:
-        errors.append(f"call {i}: missing 'name'")
+        problems.append(Problem(UNPARSEABLE, f"call {i}: missing 'name'"))
     elif not isinstance(name, str):
-        errors.append(f"call {i}: 'name' must be a string, got {type(name).__name__}")
+        problems.append(Problem(UNPARSEABLE, f"call {i}: 'name' must be a string, got {type(name).__name__}"))
     elif name not in tools:
-        errors.append(f"call {i}: unknown tool {_short(name, 40)!r}; available: {', '.join(tools)}")
-    arguments = obj.get("arguments", {})
+        problems.append(
+            Problem(UNKNOWN_TOOL, f"call {i}: unknown tool {short(name, 40)!r}; available: {', '.join(tools)}")
+        )
     if not isinstance(arguments, dict):
-        errors.append(f"call {i}: 'arguments' must be a JSON object, got {type(arguments).__name__}")
-    if errors:
-        return None, errors
+        msg = f"call {i}: 'arguments' must be a JSON object, got {type(arguments).__name__}"
+        problems.append(Problem(BAD_ARGUMENTS, msg))
+    if problems:
+        return None, problems
     try:
         tools[name].args.model_validate(arguments)
     except ValidationError as e:
-        problems = "; ".join(
+        details = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}" for err in e.errors()
         )
-        return None, [f"call {i} ({name}): invalid arguments: {problems}"]
+        return None, [Problem(BAD_ARGUMENTS, f"call {i} ({name}): invalid arguments: {details}")]
     return ToolCall(name=name, arguments=arguments), []
 
 
-def _classify(text: str, tools: Mapping[str, Tool], max_calls: int) -> ParsedTurn:
+def _classify(text: str, tools: Mapping[str, Tool], max_calls: int, fmt: ModuleType) -> ParsedTurn:
     reasoning = None
-    errors: list[str] = []
+    problems: list[Problem] = []
     m = _THINK.match(text)
-    if m and CALL_OPEN not in m.group(1) and CALL_CLOSE not in m.group(1):
+    if m and not any(marker in m.group(1) for marker in fmt.MARKERS):
         reasoning, text = m.group(1).strip(), text[m.end() :]
     elif text.lstrip().startswith("<think>"):
-        errors.append("<think> is never closed with </think>")
+        problems.append(Problem(MISPLACED, "<think> is never closed with </think>"))
     if "<think>" in text or "</think>" in text:
-        errors.append("<think> and </think> may appear only once, at the start of the turn")
+        problems.append(Problem(MISPLACED, "<think> and </think> may appear only once, at the start of the turn"))
 
-    bodies: list[str] = []
-    outside: list[str] = []
-    pos, open_at = 0, None
-    for tag in _TAGS.finditer(text):
-        t = tag.group()
-        if t in (RESPONSE_OPEN, RESPONSE_CLOSE):
-            errors.append(f"the turn contains {t}; tool responses come from the harness, never the model")
-        elif t == CALL_OPEN:
-            if open_at is not None:
-                errors.append(f"call {len(bodies) + 1}: {CALL_OPEN} opened again before {CALL_CLOSE}")
-            else:
-                outside.append(text[pos : tag.start()])
-            open_at = tag.end()
-        elif open_at is None:
-            errors.append(f"stray {CALL_CLOSE} with no open {CALL_OPEN} (after {len(bodies)} complete calls)")
-            outside.append(text[pos : tag.start()])
-            pos = tag.end()
-        else:
-            bodies.append(text[open_at : tag.start()])
-            open_at, pos = None, tag.end()
-    if open_at is not None:
-        errors.append(f"call {len(bodies) + 1}: {CALL_OPEN} is never closed with {CALL_CLOSE}")
-    else:
-        outside.append(text[pos:])
-
-    if not errors and not _TAGS.search(text):
+    parts = fmt.split(text)
+    problems += parts.problems
+    if not problems and not parts.marked:
         if not text.strip():
             return ParsedTurn(
                 kind="malformed",
                 reasoning=reasoning,
                 errors=["empty turn: write tool calls or a final answer"],
+                classes=[EMPTY],
             )
         return ParsedTurn(kind="final", final_text=text.strip(), reasoning=reasoning)
 
-    stray = "".join(outside).strip()
-    if stray and bodies:
-        errors.append(
-            f"text outside the tool calls: {_short(stray)!r}; a turn is either tool calls only or a final answer only"
+    stray = parts.outside.strip()
+    if stray and parts.bodies:
+        problems.append(
+            Problem(
+                TEXT_OUTSIDE,
+                f"text outside the tool calls: {short(stray)!r}; a turn is either tool calls only or a final answer only",
+            )
         )
-    if len(bodies) > max_calls:
-        errors.append(f"{len(bodies)} tool calls in one turn; at most {max_calls} are allowed")
+    if len(parts.bodies) > max_calls:
+        problems.append(
+            Problem(TOO_MANY_CALLS, f"{len(parts.bodies)} tool calls in one turn; at most {max_calls} are allowed")
+        )
     calls: list[ToolCall] = []
-    for i, body in enumerate(bodies, 1):
-        call, call_errors = _parse_call(i, body, tools)
-        errors += call_errors
-        if call is not None:
-            calls.append(call)
-    if errors:
-        return ParsedTurn(kind="malformed", reasoning=reasoning, errors=errors)
+    for i, body in enumerate(parts.bodies, 1):
+        raw, found = fmt.decode(i, body, tools)
+        problems += found
+        if raw is not None:
+            call, found = _check_call(i, raw, tools)
+            problems += found
+            if call is not None and not found:
+                calls.append(call)
+    if problems:
+        return ParsedTurn(
+            kind="malformed",
+            reasoning=reasoning,
+            errors=[p.message for p in problems],
+            classes=[p.kind for p in problems],
+        )
     if not calls:  # only a stray response tag etc. would get here, and that is an error above
-        return ParsedTurn(kind="malformed", reasoning=reasoning, errors=["no tool calls found"])
+        return ParsedTurn(kind="malformed", reasoning=reasoning, errors=["no tool calls found"], classes=[UNPARSEABLE])
     return ParsedTurn(kind="tool_calls", calls=calls, reasoning=reasoning)
 
 
-def parse_turn(text: str, tools: Mapping[str, Tool], max_calls: int = 8) -> ParsedTurn:
-    """Classify one assistant turn as tool_calls, final or malformed. Never raises."""
+def parse_turn(text: str, tools: Mapping[str, Tool], max_calls: int = 8, fmt: ModuleType = hermes) -> ParsedTurn:
+    """Classify one assistant turn, written in tool-call format `fmt`, as tool_calls, final or
+    malformed. Never raises."""
     try:
         if not isinstance(text, str):
-            return ParsedTurn(kind="malformed", errors=[f"turn is {type(text).__name__}, not text"])
-        return _classify(text, tools, max_calls)
+            return ParsedTurn(
+                kind="malformed", errors=[f"turn is {type(text).__name__}, not text"], classes=[UNPARSEABLE]
+            )
+        return _classify(text, tools, max_calls, fmt)
     except Exception as e:
-        return ParsedTurn(kind="malformed", errors=[f"could not parse the turn ({type(e).__name__})"])
+        return ParsedTurn(
+            kind="malformed", errors=[f"could not parse the turn ({type(e).__name__})"], classes=[UNPARSEABLE]
+        )
 
 
-def render_errors(parsed: ParsedTurn) -> str:
+def render_errors(parsed: ParsedTurn, fmt: ModuleType = hermes) -> str:
     """What the model reads after a malformed turn."""
     lines = "\n".join(f"- {e}" for e in parsed.errors)
-    return (
-        f"error: your last turn could not be run:\n{lines}\n"
-        f'Write each call as {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}, '
-        "or answer in plain text with no tags."
-    )
+    return f"error: your last turn could not be run:\n{lines}\n{fmt.HINT}"
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -218,18 +209,9 @@ def render_tools_prompt(tools: Mapping[str, Tool]) -> str:
     )
 
 
-def _call_json(name: str, arguments: dict[str, Any]) -> str:
-    s = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    # An argument containing a literal tag (e.g. editing this very file) would end the call early;
-    # "<" only occurs inside JSON strings here, so escaping it as \u003c keeps the JSON identical.
-    if _TAGS.search(s) or "think>" in s:
-        s = s.replace("<", "\\u003c")
-    return s
-
-
-def render_calls(calls: list[tuple[str, dict[str, Any]]]) -> str:
+def render_calls(calls: list[tuple[str, dict[str, Any]]], fmt: ModuleType = hermes) -> str:
     """An assistant turn making these calls, as a model should write it (used by scripted policies)."""
-    return "\n".join(f"{CALL_OPEN}\n{_call_json(n, a)}\n{CALL_CLOSE}" for n, a in calls)
+    return fmt.render_calls(calls)
 
 
 def render_tool_responses(outputs: list[str]) -> str:
