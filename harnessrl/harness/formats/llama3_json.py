@@ -28,8 +28,8 @@ def render_calls(calls: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 def _objects(text: str) -> tuple[list[tuple[int, int]], int | None]:
-    """The spans of the top-level JSON objects in text, scanning each "{" as vLLM does, and where a
-    "{" first failed to decode (None if none did)."""
+    """The spans of the top-level JSON objects in text, scanning each "{" as vLLM does, up to the
+    first "{" that fails to decode, and where that is (None if none did)."""
     spans: list[tuple[int, int]] = []
     end, failed = -1, None
     for i, c in enumerate(text):
@@ -38,8 +38,8 @@ def _objects(text: str) -> tuple[list[tuple[int, int]], int | None]:
         try:
             _, n = _DECODER.raw_decode(text[i:])
         except (ValueError, RecursionError):
-            failed = i if failed is None else failed
-            continue
+            failed = i
+            break
         spans.append((i, i + n))
         end = i + n - 1
     return spans, failed
@@ -63,7 +63,7 @@ def split(text: str) -> Split:
         outside.append(gap if not out.bodies else gap.replace(";", "", 1))
         out.bodies.append(body[a:b])
         pos = b
-    if failed is not None and (not spans or failed > spans[-1][1] - 1) and not any(a <= failed < b for a, b in spans):
+    if failed is not None:
         rest = body[failed:]
         try:
             _DECODER.raw_decode(rest)

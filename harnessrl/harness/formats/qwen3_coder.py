@@ -95,12 +95,13 @@ def decode(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[RawCall | None
         arguments[key] = typed(_trim(p.group(2)), props[key]) if key in props else _trim(p.group(2))
         pos = p.end()
     tail = rest[pos:]
+    opened = re.match(r"\s*<parameter=([^>\n]*)>", tail)
+    if opened:  # a parameter whose </parameter> never comes
+        return None, [Problem(UNCLOSED, f"call {i}: parameter {opened.group(1)!r} is never closed with {PARAM_END}")]
     if re.fullmatch(r"\s*</function>\s*", tail):
         return RawCall(name=name, arguments=arguments), []
     if FUNC_END not in tail:
-        opened = re.match(r"\s*<parameter=([^>\n]*)>", tail)
-        where = f"parameter {opened.group(1)!r}" if opened else f"{FUNC}{short(name, 40)}>"
-        return None, [Problem(UNCLOSED, f"call {i}: {where} is never closed")]
+        return None, [Problem(UNCLOSED, f"call {i}: {FUNC}{short(name, 40)}> is never closed with {FUNC_END}")]
     return None, [Problem(UNPARSEABLE, f"call {i}: unexpected text in {FUNC}{short(name, 40)}>: {short(tail)!r}")]
 
 

@@ -1,0 +1,102 @@
+"""The harness reads each tool-call format strictly: what a format renders parses back to the same
+calls, and every malformed class the harness counts has a turn that shows it, in every format."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnessrl.harness.formats import (
+    BAD_ARGUMENTS,
+    FORMATS,
+    TEXT_OUTSIDE,
+    UNCLOSED,
+    UNKNOWN_TOOL,
+    UNPARSEABLE,
+    load,
+)
+from harnessrl.harness.protocol import parse_turn, render_errors
+from harnessrl.harness.tools import ALL_TOOLS
+
+CALLS = [
+    ("grep", {"pattern": "MAX_RETRIES"}),
+    ("read_file", {"path": "docs/café – 日本.md"}),
+    ("grep", {"pattern": 'say "hi" <b>&</b> {x}; [y]\nnext line'}),
+]
+
+# Per format, one turn of each malformed class, written as a model in that format would get it wrong.
+MALFORMED = {
+    "hermes": {
+        UNPARSEABLE: '<tool_call>\n{"name": "grep", "arguments": {"pattern": }\n</tool_call>',
+        UNKNOWN_TOOL: '<tool_call>\n{"name": "search_web", "arguments": {"q": "x"}}\n</tool_call>',
+        BAD_ARGUMENTS: '<tool_call>\n{"name": "grep", "arguments": {"pattern": 3}}\n</tool_call>',
+        UNCLOSED: '<tool_call>\n{"name": "grep", "arguments": {"pattern": "x"}}',
+        TEXT_OUTSIDE: 'Looking.\n<tool_call>\n{"name": "grep", "arguments": {"pattern": "x"}}\n</tool_call>',
+    },
+    "qwen3_coder": {
+        UNPARSEABLE: '<tool_call>\n{"name": "grep", "arguments": {"pattern": "x"}}\n</tool_call>',
+        UNKNOWN_TOOL: "<tool_call>\n<function=search_web>\n<parameter=q>\nx\n</parameter>\n</function>\n</tool_call>",
+        BAD_ARGUMENTS: "<tool_call>\n<function=grep>\n<parameter=patern>\nx\n</parameter>\n</function>\n</tool_call>",
+        UNCLOSED: "<tool_call>\n<function=grep>\n<parameter=pattern>\nx\n</function>\n</tool_call>",
+        TEXT_OUTSIDE: "Looking.\n<tool_call>\n<function=grep>\n<parameter=pattern>\nx\n</parameter>\n</function>\n</tool_call>",
+    },
+    "llama3_json": {
+        UNPARSEABLE: '{"name": "grep", "parameters": {"pattern": x}}',
+        UNKNOWN_TOOL: '{"name": "search_web", "parameters": {"q": "x"}}',
+        BAD_ARGUMENTS: '{"name": "grep", "parameters": ["x"]}',
+        UNCLOSED: '{"name": "grep", "parameters": {"pattern": "x"}',
+        TEXT_OUTSIDE: 'Looking. {"name": "grep", "parameters": {"pattern": "x"}}',
+    },
+    "mistral": {
+        UNPARSEABLE: '[TOOL_CALLS] {"name": "grep", "arguments": {"pattern": "x"}}',
+        UNKNOWN_TOOL: '[TOOL_CALLS] [{"name": "search_web", "arguments": {"q": "x"}}]',
+        BAD_ARGUMENTS: '[TOOL_CALLS] [{"name": "grep", "arguments": {"pattern": null}}]',
+        UNCLOSED: '[TOOL_CALLS] [{"name": "grep", "arguments": {"pattern": "x"}}',
+        TEXT_OUTSIDE: 'Looking. [TOOL_CALLS] [{"name": "grep", "arguments": {"pattern": "x"}}]',
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_what_a_format_renders_parses_back_to_the_same_calls(name: str) -> None:
+    fmt = FORMATS[name]
+    for calls in ([CALLS[0]], CALLS):
+        turn = parse_turn(fmt.render_calls(calls), ALL_TOOLS, fmt=fmt)
+        assert turn.kind == "tool_calls", turn.errors
+        assert [(c.name, c.arguments) for c in turn.calls] == calls
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_qwen3_coder_and_the_json_formats_type_arguments_alike(name: str) -> None:
+    """An integer argument comes back an integer in every format: qwen3_coder writes it as text and
+    reads it back by the tool's schema."""
+    fmt = FORMATS[name]
+    turn = parse_turn(
+        fmt.render_calls([("read_file", {"path": "a.py", "start_line": 3, "end_line": 9})]), ALL_TOOLS, fmt=fmt
+    )
+    assert turn.kind == "tool_calls", turn.errors
+    assert turn.calls[0].arguments == {"path": "a.py", "start_line": 3, "end_line": 9}
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize("kind", [UNPARSEABLE, UNKNOWN_TOOL, BAD_ARGUMENTS, UNCLOSED, TEXT_OUTSIDE])
+def test_each_malformed_class_in_each_format(name: str, kind: str) -> None:
+    fmt = FORMATS[name]
+    turn = parse_turn(MALFORMED[name][kind], ALL_TOOLS, fmt=fmt)
+    assert turn.kind == "malformed"
+    assert turn.classes[0] == kind, (turn.classes, turn.errors)
+    assert len(turn.classes) == len(turn.errors)
+    # The model is told what was wrong and how this format writes a call.
+    assert render_errors(turn, fmt).endswith(fmt.HINT)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_plain_text_is_a_final_answer_in_every_format(name: str) -> None:
+    turn = parse_turn("MAX_RETRIES = 5", ALL_TOOLS, fmt=FORMATS[name])
+    assert (turn.kind, turn.final_text) == ("final", "MAX_RETRIES = 5")
+    empty = parse_turn("  \n", ALL_TOOLS, fmt=FORMATS[name])
+    assert (empty.kind, empty.classes) == ("malformed", ["empty"])
+
+
+def test_an_unknown_format_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown tool-call format 'xml'.*hermes, qwen3_coder, llama3_json, mistral"):
+        load("xml")
