@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harnessrl.cli import main
+from harnessrl.harness.formats import FORMATS
 from harnessrl.harness.protocol import render_calls
 from tests.conftest import needs_bwrap  # fails under CI rather than skipping
 
@@ -20,11 +21,15 @@ def workspace(tmp_path):
     return ws
 
 
-def tools_exec(monkeypatch, capsys, workspace, message: str, *extra: str) -> tuple[int, dict | None, str]:
+def tools_exec(
+    monkeypatch, capsys, workspace, message: str, *extra: str, parsed: bool = False
+) -> tuple[int, dict | None, str]:
+    """The exit code, the result line (or with parsed=True the parse line printed before it), stderr."""
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(message.encode())))
     rc = main(["tools", "exec", "--workspace", str(workspace), *extra])
     out, err = capsys.readouterr()
-    return rc, (json.loads(out) if out.strip() else None), err
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return rc, (lines[0 if parsed else -1] if lines else None), err
 
 
 @needs_bwrap
@@ -63,11 +68,35 @@ def test_tools_exec_final_and_malformed(monkeypatch, capsys, workspace):
     assert rc == 0 and out["kind"] == "malformed" and "unknown tool 'grep'" in out["errors"][0]
 
 
+@needs_bwrap
+@pytest.mark.parametrize("name", ["qwen3_coder", "llama3_json", "mistral"])
+def test_tools_exec_reads_a_turn_in_any_format(monkeypatch, capsys, workspace, name):
+    message = FORMATS[name].render_calls(
+        [("grep", {"pattern": "^LIMIT ="}), ("read_file", {"path": "pkg/mod.py", "end_line": 1})]
+    )
+    rc, first, _ = tools_exec(monkeypatch, capsys, workspace, message, "--format", name, parsed=True)
+    assert rc == 0 and first["format"] == name and first["kind"] == "tool_calls"
+    assert first["calls"] == [
+        {"name": "grep", "arguments": {"pattern": "^LIMIT ="}},
+        {"name": "read_file", "arguments": {"path": "pkg/mod.py", "end_line": 1}},
+    ]
+    rc, out, _ = tools_exec(monkeypatch, capsys, workspace, message, "--format", name)
+    assert [r["output"] for r in out["results"]] == ["pkg/mod.py:1:LIMIT = 7", "     1\tLIMIT = 7"]
+    # The same calls in Hermes are not this format's calls: a malformed turn, with its class.
+    hermes = render_calls([("grep", {"pattern": "x"})])
+    rc, first, _ = tools_exec(monkeypatch, capsys, workspace, hermes, "--format", name, parsed=True)
+    assert rc == 0 and first["kind"] in ("malformed", "final")
+    if first["kind"] == "malformed":
+        assert len(first["classes"]) == len(first["errors"]) > 0
+
+
 def test_tools_exec_bad_input(monkeypatch, capsys, tmp_path, workspace):
     rc, out, err = tools_exec(monkeypatch, capsys, tmp_path / "nope", "hi")
     assert rc == 2 and out is None and "--workspace" in err and "nope" in err
     rc, out, err = tools_exec(monkeypatch, capsys, workspace, "hi", "--tools", "grep,teleport")
     assert rc == 2 and "teleport" in err
+    rc, out, err = tools_exec(monkeypatch, capsys, workspace, "hi", "--format", "xml")
+    assert rc == 2 and out is None and "--format" in err and "'xml'" in err and "qwen3_coder" in err
 
 
 def test_tasks_build_and_errors(capsys, tmp_path):

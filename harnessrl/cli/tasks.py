@@ -111,9 +111,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     px = tsub.add_parser(
         "exec",
         help="run one assistant message's tool calls over a copy of a directory",
-        description="Read one raw assistant message on stdin, classify it as the harness does "
-        "(tool_calls, final or malformed), run its calls in the sandbox over a COPY of --workspace, and "
-        'print one JSON object: {"kind": ..., "errors": [...], "results": [{"name", "ok", "output"}]}. '
+        description="Read one raw assistant message on stdin, written in tool-call format --format, and "
+        "classify it as the harness does (tool_calls, final or malformed). First print one JSON line of "
+        'what was parsed: {"format", "kind", "calls": [{"name", "arguments"}], "errors": [...], "classes": '
+        "[...]} (the class of each error: unparseable, unclosed, unknown_tool, bad_arguments, ...). Then run "
+        "the calls in the sandbox over a COPY of --workspace and print a second JSON line: "
+        '{"kind": ..., "errors": [...], "results": [{"name", "ok", "output"}]}. '
         "Exits 0 for every classification; non-zero only when the harness itself fails.",
         epilog='example: echo \'<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\' | '
         "harnessrl tools exec --workspace .",
@@ -121,6 +124,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     px.add_argument("--workspace", type=Path, required=True, metavar="DIR", help="directory to copy and work in")
     px.add_argument("--tools", help="comma-separated tool names the message may call (default: all)")
     px.add_argument("--user", help="what the simulated user answers to ask_user (default: no user)")
+    px.add_argument(
+        "--format",
+        default="hermes",
+        metavar="NAME",
+        help="the tool-call format the message is written in: hermes (default), qwen3_coder, llama3_json, mistral",
+    )
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -218,7 +227,9 @@ def cmd_tools(args: argparse.Namespace) -> int:
     import tempfile
 
     from harnessrl.config import Budgets
+    from harnessrl.harness import formats
     from harnessrl.harness.episode import AssistantTurn, run_episode
+    from harnessrl.harness.protocol import parse_turn
     from harnessrl.harness.sandbox import Sandbox, SandboxUnavailable, create_workspace, remove_workspace
     from harnessrl.harness.tools import ALL_TOOLS, ToolContext, select
 
@@ -230,7 +241,26 @@ def cmd_tools(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"harnessrl: error: --tools: {e.args[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    try:
+        fmt = formats.load(args.format)
+    except ValueError as e:
+        print(f"harnessrl: error: --format: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     message = sys.stdin.buffer.read().decode("utf-8", "replace")
+    parsed = parse_turn(message, tools, Budgets().max_calls_per_turn, fmt)
+    calls = [c.model_dump() for c in parsed.calls]
+    print(
+        json.dumps(
+            {
+                "format": args.format,
+                "kind": parsed.kind,
+                "calls": calls,
+                "errors": parsed.errors,
+                "classes": parsed.classes,
+            }
+        ),
+        flush=True,
+    )
     turns = [message]  # one turn: the message; the episode stops after it (max_turns=1)
 
     def policy(messages: list, tool_specs: list, max_tokens: int) -> AssistantTurn:
@@ -241,7 +271,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
             ws = create_workspace(args.workspace, Path(tmp) / "ws", method="copy")
             try:
                 ctx = ToolContext(ws, Sandbox(ws), ask_user=(lambda q: args.user) if args.user is not None else None)
-                traj = run_episode(policy, "(tools exec)", tools, ctx, budgets=Budgets(max_turns=1))
+                traj = run_episode(policy, "(tools exec)", tools, ctx, budgets=Budgets(max_turns=1), fmt=fmt)
             finally:
                 remove_workspace(ws)
     except (SandboxUnavailable, OSError) as e:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,9 +33,8 @@ from harnessrl.harness.context import (
     state_message,
     truncate_turns,
 )
+from harnessrl.harness.formats import hermes
 from harnessrl.harness.protocol import (
-    CALL_CLOSE,
-    CALL_OPEN,
     ParsedTurn,
     ToolCall,
     parse_turn,
@@ -257,10 +257,10 @@ def _budget_stop(counts: Counts, budgets: Budgets, deadline: float) -> StopReaso
     return None
 
 
-def _summary_errors(text: str) -> list[str]:
+def _summary_errors(text: str, fmt: ModuleType) -> list[str]:
     if not text.strip():
         return ["empty summary"]
-    if CALL_OPEN in text or CALL_CLOSE in text:
+    if any(marker in text for marker in fmt.MARKERS):
         return ["a summary has no tool calls; they were not run"]
     return []
 
@@ -276,9 +276,11 @@ def run_episode(
     task_id: str = "",
     meta: dict[str, Any] | None = None,
     count_tokens: TokenCounter | None = None,
+    fmt: ModuleType = hermes,
 ) -> Trajectory:
     """Run one episode in `ctx.workspace` and return its trajectory. `count_tokens` measures the
-    context in the policy's tokens for the context policy (default: an estimate from characters).
+    context in the policy's tokens for the context policy (default: an estimate from characters);
+    `fmt` is the tool-call format the policy writes (harnessrl/harness/formats/).
     Exceptions from the policy propagate (an engine failure is not the model's fault and must not
     become a zero reward)."""
     budgets = budgets or Budgets()
@@ -359,7 +361,7 @@ def run_episode(
                     stop = "context_budget"
                     break
                 record = sample(asked, cap, "summary")
-                record.errors = _summary_errors(record.text)
+                record.errors = _summary_errors(record.text, fmt)
                 counts.malformed_turns += bool(record.errors)  # recorded and penalised, never dropped
                 state = state_message(record.text.strip(), counts.summaries, budgets.max_turns - counts.turns)
                 transcript.extend([asked[-1], {"role": "assistant", "content": record.text}])
@@ -387,7 +389,7 @@ def run_episode(
         record = sample(context, min(room, budgets.max_tokens - counts.tokens), "tool_calls")
         counts.turns += 1
         add({"role": "assistant", "content": record.text})
-        parsed: ParsedTurn = parse_turn(record.text, tools, budgets.max_calls_per_turn)
+        parsed: ParsedTurn = parse_turn(record.text, tools, budgets.max_calls_per_turn, fmt)
         record.kind, record.reasoning, record.errors = parsed.kind, parsed.reasoning, parsed.errors
 
         if parsed.kind == "final":
@@ -395,7 +397,7 @@ def run_episode(
             break
         if parsed.kind == "malformed":
             counts.malformed_turns += 1
-            add(*tool_messages([render_errors(parsed)]))
+            add(*tool_messages([render_errors(parsed, fmt)]))
             continue
 
         record.calls = _run_calls(parsed.calls, tools, ctx, t0, budgets.max_parallel)

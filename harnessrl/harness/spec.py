@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harnessrl.config import Budgets
+from harnessrl.harness import formats
 
 HARNESS_FILE = "harness.json"
 SYSTEM_PROMPT = "You are a coding agent."
@@ -35,6 +37,18 @@ class HarnessSpec(BaseModel):
     tools: list[str]
     system_prompt: str
     budgets: Budgets
+    # How the model writes its calls (harnessrl/harness/formats/): its chat template's format.
+    tool_format: str = "hermes"
+
+    @field_validator("tool_format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        formats.load(v)  # a ValueError naming the known formats
+        return v
+
+    @property
+    def fmt(self) -> ModuleType:
+        return formats.load(self.tool_format)
 
     @classmethod
     def training(cls, tools: list[str], budgets: Budgets) -> HarnessSpec:
@@ -46,7 +60,10 @@ class HarnessFileError(ValueError):
 
 
 def save_harness(spec: HarnessSpec, folder: Path) -> None:
-    (Path(folder) / HARNESS_FILE).write_text(spec.model_dump_json(indent=2) + "\n")
+    # A harness.json without tool_format has always meant Hermes, so Hermes is left out: the files
+    # written before formats existed and those written now read and hash the same.
+    exclude = {"tool_format"} if spec.tool_format == "hermes" else None
+    (Path(folder) / HARNESS_FILE).write_text(spec.model_dump_json(indent=2, exclude=exclude) + "\n")
 
 
 def load_harness(path: Path | str) -> HarnessSpec | None:
