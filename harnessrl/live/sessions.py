@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.config import LiveConfig, RewardConfig
-from harnessrl.harness.protocol import CALL_OPEN, parse_turn
+from harnessrl.harness import formats
+from harnessrl.harness.protocol import parse_turn
 from harnessrl.harness.tools import ALL_TOOLS, select
 from harnessrl.live.feedback import OUTCOMES, Dissatisfaction
 from harnessrl.serve.openai_api import split_tool_calls
@@ -41,12 +42,16 @@ class Session:
 
 
 def malformed(turn: dict[str, Any]) -> bool:
-    """Whether a logged turn's tool calls are broken, judged as the harness judges them when every
-    offered tool is one of the harness's, else by whether each <tool_call> parses as a call."""
+    """Whether a logged turn's tool calls are broken, in the tool-call format the served checkpoint
+    writes (logs from before formats were recorded are Hermes): judged as the harness judges them when
+    every offered tool is one of the harness's, else by whether the format's parser reads its calls."""
     text, offered = turn["text"], turn["tools"]
+    fmt = formats.load(turn.get("tool_format", "hermes"))
     if offered and all(n in ALL_TOOLS for n in offered):
-        return parse_turn(text, select(offered)).kind == "malformed"
-    return CALL_OPEN in text and not split_tool_calls(text)[1]
+        return parse_turn(text, select(offered), fmt=fmt).kind == "malformed"
+    parts = fmt.split(text)  # a call attempted: one read whole, or one left open
+    attempted = bool(parts.bodies) or any(p.kind == formats.UNCLOSED for p in parts.problems)
+    return attempted and not split_tool_calls(text, fmt)[1]
 
 
 def clarifying(turn: dict[str, Any]) -> int:

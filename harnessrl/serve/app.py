@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from harnessrl.engines.hf import Completion
-from harnessrl.harness.protocol import CALL_OPEN
+from harnessrl.harness.formats import hermes, name_of
 from harnessrl.live.feedback import SESSION_ID, FeedbackStore, parse_event
 from harnessrl.serve.engine import Checkpoint, Generator, Job
 from harnessrl.serve.openai_api import MAX_BODY_BYTES, APIError, ChatRequest, split_tool_calls, validation_error
@@ -250,7 +251,7 @@ class Turn:
                     continue
                 ids.append(event[1])
                 text = tok.decode(ids)
-                safe = safe_prefix(text)
+                safe = safe_prefix(text, self.served.generator.current.fmt)
                 if len(safe) > len(sent):
                     yield self.chunk({"content": safe[len(sent) :]})
                     sent = safe
@@ -262,7 +263,9 @@ class Turn:
                 return
             content = done.content or ""
             if done.calls:
-                if len(content) > len(sent):
+                # The parser's content is what preceded the first call; what was streamed is a prefix
+                # of it, except where the format strips it (qwen3_coder) or has none (llama3_json).
+                if content.startswith(sent) and len(content) > len(sent):
                     yield self.chunk({"content": content[len(sent) :]})
                 for i, call in enumerate(done.calls):
                     yield self.chunk({"tool_calls": [{"index": i} | call]})
@@ -277,15 +280,18 @@ class Turn:
             return
 
 
-def safe_prefix(text: str) -> str:
-    """What may be streamed of the text so far: not a half-decoded character, and nothing from a
-    <tool_call> tag on (nor a trailing piece that could be the start of one)."""
-    if CALL_OPEN in text:
-        text = text[: text.index(CALL_OPEN)]
-    for k in range(min(len(CALL_OPEN) - 1, len(text)), 0, -1):
-        if CALL_OPEN.startswith(text[-k:]):
-            text = text[:-k]
-            break
+def safe_prefix(text: str, fmt: ModuleType = hermes) -> str:
+    """What may be streamed of the text so far: not a half-decoded character, and nothing from where
+    a call may begin in the checkpoint's format on (nor a trailing piece that could be the start of
+    one). The parser judges a call only once the completion is done."""
+    starts = [text.index(s) for s in fmt.STARTS if s in text]
+    if starts:
+        text = text[: min(starts)]
+    for start in fmt.STARTS:
+        for k in range(min(len(start) - 1, len(text)), 0, -1):
+            if start.startswith(text[-k:]):
+                text = text[:-k]
+                break
     return text.rstrip("\ufffd")
 
 
@@ -294,12 +300,13 @@ class Done:
 
     def __init__(self, turn: Turn, c: Completion, ckpt: Checkpoint, ttft: float | None) -> None:
         self.turn, self.completion, self.version = turn, c, ckpt.version
-        self.checkpoint = str(ckpt.path)
+        self.checkpoint, self.tool_format = str(ckpt.path), name_of(ckpt.fmt)
         self.total_s = time.perf_counter() - turn.started
         self.ttft_s = ttft
         t = ckpt.renderer.turn(turn.prompt, c.token_ids, c.logprobs, turn.room)
         self.text, self.finish = t.text, t.finish
-        self.content, self.calls = split_tool_calls(self.text)
+        offered = [t.model_dump() for t in turn.req.tools or []]
+        self.content, self.calls = split_tool_calls(self.text, ckpt.fmt, offered)
         self.usage = {"prompt_tokens": len(turn.prompt), "completion_tokens": len(c.token_ids),
                       "total_tokens": len(turn.prompt) + len(c.token_ids)}  # fmt: skip
 
@@ -315,6 +322,7 @@ class Done:
             "time": time.time(),
             "policy_version": self.version,
             "checkpoint": self.checkpoint,
+            "tool_format": self.tool_format,
             "temperature": req.temperature,
             "user": req.user,
             "tools": [t.function.name for t in req.tools or []] if req.tool_choice != "none" else [],

@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from harnessrl.engines.hf import Completion, generate
+from harnessrl.harness.formats import hermes, name_of
 from harnessrl.model.prompts import PromptRenderer
 
 
@@ -32,15 +34,19 @@ class Checkpoint:
     version: str  # the lineage manifest's seal, or the weights' digest for a folder with no manifest
     model: Any
     renderer: PromptRenderer
+    fmt: ModuleType  # the tool-call format it writes, from its harness.json (Hermes without one)
 
     @classmethod
     def load(cls, path: Path, dtype: str) -> Checkpoint:
+        from harnessrl.harness.spec import load_harness
         from harnessrl.model.checkpoint import load
 
         path = Path(path).resolve()
         model, tok = load(path, dtype)
         model.eval()
-        return cls(path, checkpoint_version(path), model, PromptRenderer(tok, model.config.max_position_embeddings))
+        spec = load_harness(path)
+        renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+        return cls(path, checkpoint_version(path), model, renderer, spec.fmt if spec else hermes)
 
 
 def checkpoint_version(path: Path) -> str:
@@ -105,6 +111,10 @@ class Generator:
             old = self.current.renderer.tok
             if new.renderer.tok.get_vocab() != old.get_vocab() or new.renderer.tok.chat_template != old.chat_template:
                 raise SwapError(f"{path}: its tokenizer or chat template differs from the served checkpoint's")
+            if new.fmt is not self.current.fmt:
+                raise SwapError(
+                    f"{path}: writes tool calls as {name_of(new.fmt)}, the served checkpoint as {name_of(self.current.fmt)}"
+                )
             if new.renderer.context != self.current.renderer.context:
                 raise SwapError(f"{path}: context {new.renderer.context} != the served {self.current.renderer.context}")
             applied = threading.Event()

@@ -9,13 +9,13 @@ penalties, stop strings) are refused by name for the same reason.
 from __future__ import annotations
 
 import json
-import re
 import uuid
+from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harnessrl.harness.protocol import CALL_CLOSE, CALL_OPEN
+from harnessrl.harness.formats import hermes
 
 MAX_BODY_BYTES = 4 << 20  # a request larger than this is refused before it is parsed (413)
 
@@ -156,36 +156,20 @@ def _json_or_raw(arguments: str) -> Any:
 
 # ----------------------------------------------------------------------------- completions -> tool_calls
 
-_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 
-
-def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """A completion as (content, tool_calls), as vLLM's Hermes parser splits it: the text before the
-    first <tool_call> is the content, each well-formed call a tool call. Any call that is not a JSON
-    object with a name leaves the whole turn as plain content, so the client sees what the model
-    wrote and the harness reports the error back, instead of a call silently dropped."""
-    if CALL_OPEN not in text:
-        return text, []
-    calls = []
-    for body in _CALL.findall(text):
-        try:
-            obj = json.loads(body)
-        except (json.JSONDecodeError, ValueError, RecursionError):
-            return text, []
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return text, []
-        args = obj.get("arguments", {})
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": json.dumps(args)},
-            }
-        )
-    if not calls or text.count(CALL_OPEN) != len(calls):  # an unclosed call: plain content
-        return text, []
-    content = text[: text.index(CALL_OPEN)].strip()
-    return content or None, calls
+def split_tool_calls(
+    text: str, fmt: ModuleType = hermes, tools: list[dict[str, Any]] | None = None
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """A completion as (content, tool_calls), as vLLM's parser for the checkpoint's tool-call format
+    splits it (harnessrl/harness/formats/; tests/test_tool_formats_vllm.py holds the two to agreement).
+    A call the parser cannot read leaves the turn as plain content, so the client sees what the model
+    wrote and the harness reports the error back, instead of a call silently dropped. `tools` (the
+    request's, in OpenAI's format) type qwen3_coder's parameters by their schemas."""
+    content, calls = fmt.extract(text, tools)
+    return content, [
+        {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for name, arguments in calls
+    ]
 
 
 # ----------------------------------------------------------------------------- errors

@@ -13,6 +13,8 @@ itself (FORMATS[name]) and never branch on the format:
     VLLM_PARSER     the name of vLLM's tool parser for this format (`vllm serve --tool-call-parser`)
     TEMPLATE_MARK   text a chat template renders calls with: how a model folder's template is checked
     HINT            the one line that tells a model, after a malformed turn, how to write a call
+    MARKERS         text that means a call is being written (a summary must hold none)
+    STARTS          text where a call may begin: `serve` streams content only up to it
     render_calls    calls -> the assistant text that makes them, as the model should write it
     split           a turn -> Split: call bodies, the text outside them, structural problems
     decode          one body -> its raw name and arguments, or the problems that say why not
@@ -224,6 +226,11 @@ def properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any] 
         if fn.get("name") == name:
             return (fn.get("parameters") or {}).get("properties") or {}
     return None
+
+
+def name_of(fmt: ModuleType) -> str:
+    """A format module's name, as FORMATS and harness.json spell it."""
+    return fmt.__name__.rsplit(".", 1)[-1]
 
 
 def load(name: str) -> ModuleType:

@@ -23,6 +23,7 @@ RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 TEMPLATE_MARK = OPEN
 HINT = f'Write each call as {OPEN}{{"name": ..., "arguments": {{...}}}}{CLOSE}, or answer in plain text with no tags.'
 MARKERS = (OPEN, CLOSE)  # text that means a call is being written
+STARTS = (OPEN,)  # where a call may begin: what `serve` holds back when streaming
 _TAGS = re.compile(r"</?tool_call>|</?tool_response>")
 
 

@@ -20,6 +20,7 @@ PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARK = '"parameters": '
 HINT = 'Write each call as {"name": ..., "parameters": {...}}, calls separated by "; ", or answer in plain text.'
 MARKERS = (PYTHON_TAG,)
+STARTS = (PYTHON_TAG, "{")  # where a call may begin: what `serve` holds back when streaming
 _DECODER = json.JSONDecoder()
 
 

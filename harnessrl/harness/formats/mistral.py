@@ -21,6 +21,7 @@ MARK = "[TOOL_CALLS]"
 TEMPLATE_MARK = MARK
 HINT = f'Write the calls as {MARK} [{{"name": ..., "arguments": {{...}}}}, ...], or answer in plain text.'
 MARKERS = (MARK,)
+STARTS = (MARK,)  # where a call may begin: what `serve` holds back when streaming
 _DECODER = json.JSONDecoder()
 
 

@@ -43,6 +43,7 @@ HINT = (
     "or answer in plain text with no tags."
 )
 MARKERS = (OPEN, CLOSE, FUNC)
+STARTS = (OPEN, FUNC)  # where a call may begin: what `serve` holds back when streaming
 _TAGS = re.compile(r"</?tool_call>|</?tool_response>|<function=")
 
 
