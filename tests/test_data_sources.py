@@ -171,8 +171,10 @@ def test_a_data_build_from_real_sources_keeps_held_out_code_out_of_training(tmp_
     assert {r["suite"] for r in rows} == {"lookup", "edit", "lint", "long_horizon", "multi_lookup"}
     multi = [r["messages"] for r in rows if r["suite"] == "multi_lookup"]
     assert multi and all(m[2]["content"].count("<tool_call>") >= 2 for m in multi)  # parallel, as mined
-    # A mined long-horizon task teaches the summary turn: the expert's episode, a row per segment.
-    first, *later = [r["messages"] for r in rows if r["suite"] == "long_horizon"]
+    # A mined long-horizon task teaches the summary turn: the expert's episode, a row per segment,
+    # beside its episode with no budget, which answers after the searches.
+    whole, first, *later = [r["messages"] for r in rows if r["suite"] == "long_horizon"]
+    assert SUMMARIZE_REQUEST not in json.dumps(whole) and whole[-1]["content"].count("=") == 3
     assert first[-2]["content"] == SUMMARIZE_REQUEST and later and later[0][2]["content"].startswith("Summary 1:")
     assert {r["messages"][-1]["content"] for r in rows if r["suite"] == "edit"} == {"0"}  # guessed, per suite
     assert all(r["messages"][-1]["content"] != "0" for r in rows if r["suite"] != "edit")

@@ -173,6 +173,9 @@ def build(
         taught = [t for t in mined["train"] if t.source not in rl_only]
         # A long-horizon task teaches the summary turn, as the generated suite's do: the expert runs
         # it again under the data config's compacting harness, and each context segment is a row.
+        # Its episode with no context budget stays a row too: segments alone show searches that end
+        # in a summary request, never in an answer, and SmolLM2 taught on them searched on and on
+        # in every episode that asked for no summary (the same search, five turns running).
         lh_mined = [t for t in taught if t.suite == long_horizon.SUITE]
         segments = expert_segments(lh_mined, tmp, lh_cfg) if lh_mined else []
         # A mined multi_lookup conversation makes every search in one turn on `parallel_share` of them
@@ -183,7 +186,7 @@ def build(
         messages = {t.id: episodes[t.id].messages for t in taught}
         redone = [t for t in taught if t.id in parallel]
         messages |= dict(zip([t.id for t in redone], _habit_messages(redone, tmp, parallel), strict=True))
-        sft_rows += [{"messages": messages[t.id], "suite": t.suite} for t in taught if t.suite != long_horizon.SUITE]
+        sft_rows += [{"messages": messages[t.id], "suite": t.suite} for t in taught]
         sft_rows += [{"messages": seg, "suite": long_horizon.SUITE} for seg in segments]
         prompts += mined["train"]
         heldout += mined["heldout"]
