@@ -14,6 +14,7 @@ from kfp.dsl import Dataset, Input, Model, Output
 from harnessrl.config import ModelConfig
 from harnessrl.data.build import read_jsonl
 from harnessrl.data.corpus import corpus_texts
+from harnessrl.harness.formats import check_template
 from harnessrl.stage import StageContext
 
 
@@ -24,7 +25,8 @@ def work(ctx: StageContext) -> dict:
 
     model_cfg = ModelConfig.model_validate(ctx.cfg["model"])
     if model_cfg.path is not None:
-        model, _ = load(model_cfg.path, model_cfg.dtype)  # fails with the path named if unusable
+        model, tok = load(model_cfg.path, model_cfg.dtype)  # fails with the path named if unusable
+        check_template(tok.chat_template, model_cfg.tool_format, model_cfg.path)
         for f in Path(model_cfg.path).iterdir():
             if f.is_file():
                 _link_or_copy(f, ctx.out / f.name)

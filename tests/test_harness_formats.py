@@ -100,3 +100,19 @@ def test_plain_text_is_a_final_answer_in_every_format(name: str) -> None:
 def test_an_unknown_format_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown tool-call format 'xml'.*hermes, qwen3_coder, llama3_json, mistral"):
         load("xml")
+
+
+def test_a_chat_template_in_another_format_is_refused_naming_both() -> None:
+    from harnessrl.harness.formats import check_template, template_format
+    from harnessrl.model.mini import QWEN_TEMPLATE
+    from harnessrl.model.tokenizer import CHAT_TEMPLATE
+
+    assert template_format(QWEN_TEMPLATE) == template_format(CHAT_TEMPLATE) == "hermes"
+    check_template(QWEN_TEMPLATE, "hermes", "models/qwen")  # agrees: nothing to say
+    check_template("{{ messages[0].content }}", "mistral", "models/plain")  # renders no calls
+    with pytest.raises(
+        ValueError, match=r"model.tool_format is 'qwen3_coder'.*models/qwen renders tool calls as 'hermes'"
+    ):
+        check_template(QWEN_TEMPLATE, "qwen3_coder", "models/qwen")
+    qwen3 = "{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+    assert template_format(qwen3) == "qwen3_coder"

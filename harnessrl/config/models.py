@@ -42,6 +42,10 @@ class ModelConfig(Strict):
     path: str | None = Field(None, description="local Hugging Face model directory; never a hub id")
     arch: ArchConfig | None = Field(None, description="dimensions of a model trained from scratch")
     dtype: Literal["float32", "bfloat16"] = "float32"
+    tool_format: Literal["hermes", "qwen3_coder", "llama3_json", "mistral"] = Field(
+        "hermes",
+        description="how the model writes tool calls (harnessrl/harness/formats/); its chat template's format",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:

@@ -228,6 +228,29 @@ def properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any] 
     return None
 
 
+def template_format(template: str | None) -> str | None:
+    """The format a chat template renders tool calls in, by the markup it writes; None when it
+    renders none. Qwen3-Coder's template also writes <tool_call>, so it is recognised first."""
+    if not template:
+        return None
+    for name in ("qwen3_coder", "mistral", "hermes", "llama3_json"):
+        if FORMATS[name].TEMPLATE_MARK in template:
+            return name
+    return None
+
+
+def check_template(template: str | None, tool_format: str, where: str) -> None:
+    """Refuse a model whose chat template renders calls in another format than `tool_format`: trained
+    in a format not its own, it would waste what pretraining taught it, and a server would parse what
+    the template renders with the wrong parser. A template that renders no calls says nothing."""
+    rendered = template_format(template)
+    if rendered is not None and rendered != tool_format:
+        raise ValueError(
+            f"model.tool_format is {tool_format!r}, but the chat template of {where} renders tool calls "
+            f"as {rendered!r}: set model.tool_format={rendered}"
+        )
+
+
 def name_of(fmt: ModuleType) -> str:
     """A format module's name, as FORMATS and harness.json spell it."""
     return fmt.__name__.rsplit(".", 1)[-1]
