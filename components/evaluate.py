@@ -27,6 +27,7 @@ def work(ctx: StageContext) -> dict:
     tasks = load_heldout(ctx.data_dir, cfg.mix, cfg.num_tasks)
     lineage = list(reversed(chain(ctx.parent)))  # base first
     dtype = ctx.cfg["model"]["dtype"]
+    fmt_name = ctx.cfg["model"]["tool_format"]  # every checkpoint of the chain writes the model's format
     results, episodes = [], []
     # One vLLM engine for the whole chain: every checkpoint has the base's architecture and tokenizer,
     # so each takes its turn by loading its weights in place, not by an engine start of its own.
@@ -40,7 +41,7 @@ def work(ctx: StageContext) -> dict:
             stage, ckpt = manifest["stage"], manifest["id"]
             rows = [
                 {"stage": stage, "checkpoint": ckpt} | r
-                for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, dtype, engine, vllm)
+                for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, dtype, engine, vllm, fmt_name)
             ]
             res = checkpoint_result(stage, ckpt, manifest.get("manifest_hash"), str(path), rows, cfg)
             results.append(res)

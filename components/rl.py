@@ -14,6 +14,7 @@ from harnessrl.stage import StageContext
 def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "rl") -> dict:
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
     from harnessrl.engines.vllm import check_installed
+    from harnessrl.harness import formats
     from harnessrl.harness.episode import BASE_UID
     from harnessrl.harness.spec import HarnessSpec, save_harness, tools_of
     from harnessrl.model.checkpoint import load, save
@@ -40,7 +41,8 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
     if missing:
         raise ValueError(f"stages.{tag}.mix: no prompts of suite {missing[0]!r} in {ctx.data_dir / 'prompts.jsonl'}")
     budgets = cfg.budgets()
-    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    tool_format = ctx.cfg["model"]["tool_format"]
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings, formats.load(tool_format))
     check_context(tasks, renderer, cfg, tag)
     if cfg.context.policy == "summarize":
         check_summaries(tasks, ctx.data_dir, renderer, cfg, tag)
@@ -52,7 +54,7 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
 
         ray_dir = ctx.out.parent / ".ray"  # Ray's files next to the output, not in ~/.ray or /tmp/ray
         rollouts = RayRollouts(ctx.parent, tok, ctx.data_dir, cfg, budgets, ray_dir, engine, dtype, tag=tag,
-                               placement_timeout_s=ctx.cfg["placement_timeout_s"])  # fmt: skip
+                               placement_timeout_s=ctx.cfg["placement_timeout_s"], tool_format=tool_format)  # fmt: skip
     elif engine.kind == "vllm":  # the engine gets the trainer's weights after every step
         from harnessrl.engines.vllm import VLLMEngine
 
@@ -79,7 +81,8 @@ def work(ctx: StageContext, config_cls: type[RLConfig] = RLConfig, tag: str = "r
         rollouts.close()  # the fleet's actors and Ray, or the vLLM engine, also when training fails
     save(model, tok, ctx.out)
     # The harness these weights were trained in, which `harnessrl agent` presents by default.
-    save_harness(HarnessSpec.training(tools_of([t.tools for t in tasks]), budgets), ctx.out)
+    spec = HarnessSpec.training(tools_of([t.tools for t in tasks]), budgets)
+    save_harness(spec.model_copy(update={"tool_format": tool_format}), ctx.out)
     return {
         "reward": last["reward"],
         "success": last["success"],

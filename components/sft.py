@@ -6,14 +6,14 @@ template produces, and only the assistant's own output carries labels.
 """
 
 import random
-import shutil
 
 from kfp.dsl import Dataset, Input, Model, Output
 
 from harnessrl.config import TrainConfig
 from harnessrl.config.stages import shares
 from harnessrl.data.build import read_jsonl
-from harnessrl.harness.spec import HARNESS_FILE
+from harnessrl.harness import formats
+from harnessrl.harness.spec import load_harness, save_harness
 from harnessrl.stage import StageContext
 
 
@@ -41,7 +41,9 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     rows = read_jsonl(ctx.data_dir / "sft.jsonl")
     if cfg.mix is not None:
         rows = mixed(rows, cfg.mix, ctx.cfg["seed"])
-    samples = [render_ids(tok, row["messages"]) for row in rows]
+    # The data folder stores every conversation's calls in Hermes; a model trains in its own format.
+    fmt = formats.load(ctx.cfg["model"]["tool_format"])
+    samples = [render_ids(tok, formats.convert(row["messages"], fmt)) for row in rows]
     longest = max(len(ids) for ids, _ in samples)
     if longest > cfg.seq_len:  # cutting a conversation would train on one that never ended, silently
         raise ValueError(f"stages.sft.seq_len: {cfg.seq_len} is shorter than the longest conversation "
@@ -49,8 +51,9 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     run = Run(ctx.out / "metrics.jsonl", "sft", rank, world, ctx.state_dir, cfg.checkpoint_every)
     engine, last = train(model, masked_batches(samples, cfg, tok.pad_token_id, ctx.cfg["seed"], rank, world), cfg, run)
     export_hf(engine, model, tok, ctx.out, rank)
-    if rank == 0:  # the harness its conversations were made in: its tools and system prompt
-        shutil.copy2(ctx.data_dir / HARNESS_FILE, ctx.out / HARNESS_FILE)
+    if rank == 0:  # the harness its conversations were made in: its tools, system prompt and format
+        spec = load_harness(ctx.data_dir)
+        save_harness(spec.model_copy(update={"tool_format": ctx.cfg["model"]["tool_format"]}), ctx.out)
     return {
         "loss": last["loss"],
         "conversations": len(samples),

@@ -76,7 +76,7 @@ def run_agent(
         ctx = ToolContext(workspace=ws, sandbox=Sandbox(ws, SandboxLimits(wall_s=120)), ask_user=ask)
         streaming = Streaming(policy, out or sys.stdout)  # looked up now: the caller may have redirected it
         traj = run_episode(streaming, instruction, select(harness.tools), ctx, budgets=harness.budgets,
-                           system_prompt=harness.system_prompt, count_tokens=count_tokens)  # fmt: skip
+                           system_prompt=harness.system_prompt, count_tokens=count_tokens, fmt=harness.fmt)  # fmt: skip
         streaming.show_new(traj.messages)  # the results of the last turn
         diff = subprocess.run(["diff", "-ruN", str(repo), str(ws)], capture_output=True, text=True).stdout
         shutil.rmtree(ws, ignore_errors=True)

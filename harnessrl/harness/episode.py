@@ -453,8 +453,10 @@ def run_task(
     uid: int = BASE_UID,
     limits: SandboxLimits | None = None,
     count_tokens: TokenCounter | None = None,
+    fmt: ModuleType = hermes,
 ) -> Trajectory:
-    """One episode of `task` with `policy`; the trajectory's outcome holds the checker's verdict.
+    """One episode of `task` with `policy`, which writes tool calls in format `fmt`; the trajectory's
+    outcome holds the checker's verdict.
     `count_tokens` is the policy's own context counter, for the budgets' context policy. A task with an
     environment (`task.env`) runs its tools and its check with that environment's Python."""
     python = env_python(suite_dir, task.env) if task.env else PYTHON
@@ -477,6 +479,7 @@ def run_task(
                 task_id=task.id,
                 meta={"suite": task.suite, "split": task.split},
                 count_tokens=count_tokens,
+                fmt=fmt,
             )
         finally:
             remove_workspace(ws)

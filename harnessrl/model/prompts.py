@@ -10,16 +10,19 @@ through its own chat template, with the request's tools, as it was trained to.
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Any
 
 from harnessrl.harness.episode import AssistantTurn
+from harnessrl.harness.formats import hermes
 from harnessrl.model.tokenizer import CHAT_TEMPLATE, segments, stop_ids
 
 
 class PromptRenderer:
-    def __init__(self, tok, context: int) -> None:
+    def __init__(self, tok, context: int, fmt: ModuleType = hermes) -> None:
         self.tok = tok
         self.context = context  # the model's context length
+        self.fmt = fmt  # how the model writes tool calls: the harness parses its turns in this format
         self.stop = frozenset(stop_ids(tok))
         self._chatml = tok.chat_template == CHAT_TEMPLATE
         self._encode = functools.lru_cache(maxsize=1 << 14)(

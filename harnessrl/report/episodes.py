@@ -25,19 +25,25 @@ def checkpoint_trajectories(
     engine: EngineConfig | None = None,
     budgets=None,
     vllm=None,
+    tool_format: str | None = None,
 ) -> list[tuple[int, Task, Any]]:
     """(seed, task, trajectory) for every task under every seed with a local HF checkpoint, batched one
     generate per turn, on the `hf` engine (the default) or on vLLM (`engine.kind == "vllm"`), as RL
     rolls out. `budgets` defaults to the eval's own (EvalConfig.budgets). A running VLLMEngine given as
-    `vllm` takes the checkpoint's weights in place and stays open; otherwise one is started and closed."""
+    `vllm` takes the checkpoint's weights in place and stays open; otherwise one is started and closed.
+    Turns are read in `tool_format`, by default the one the checkpoint's harness.json records."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.harness import formats
     from harnessrl.harness.episode import BASE_UID
+    from harnessrl.harness.spec import load_harness
     from harnessrl.model.checkpoint import load
     from harnessrl.model.prompts import PromptRenderer
     from harnessrl.rl.rollouts import run_group
 
     model, tok = load(path, dtype)
-    renderer = PromptRenderer(tok, model.config.max_position_embeddings)
+    spec = load_harness(path)
+    fmt = formats.load(tool_format) if tool_format else spec.fmt if spec else formats.hermes
+    renderer = PromptRenderer(tok, model.config.max_position_embeddings, fmt)
     own = vllm is None  # an engine this call starts, so closes
     if engine is not None and engine.kind == "vllm":
         from harnessrl.engines.vllm import VLLMEngine
@@ -70,12 +76,11 @@ def checkpoint_rows(
     dtype: str,
     engine: EngineConfig | None = None,
     vllm=None,
+    tool_format: str | None = None,
 ) -> list[dict]:
     """checkpoint_trajectories as one compact row per episode."""
-    return [
-        episode_row(tr, t, seed)
-        for seed, t, tr in checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine, vllm=vllm)
-    ]
+    runs = checkpoint_trajectories(path, tasks, data_dir, cfg, dtype, engine, vllm=vllm, tool_format=tool_format)
+    return [episode_row(tr, t, seed) for seed, t, tr in runs]
 
 
 def endpoint_rows(

@@ -118,9 +118,13 @@ class EnvWorker:
         rollout_workers: list,
         uid_base: int,
         slots: int,
+        tool_format: str = "hermes",
     ) -> None:
+        from harnessrl.harness import formats
+
         self.suite_dir, self.cfg, self.budgets = Path(suite_dir), cfg, budgets
-        self.renderer = PromptRenderer(tok, context)  # prompts and stop ids, exactly as the trainer's
+        # prompts, stop ids and the tool-call format, exactly as the trainer's
+        self.renderer = PromptRenderer(tok, context, formats.load(tool_format))
         self.rollout_workers = rollout_workers
         self._free = list(range(uid_base, uid_base + slots))  # sandbox uids, one per live episode
         self._lock = threading.Lock()
@@ -216,6 +220,7 @@ class RayRollouts:
         env_options: dict[str, Any] | None = None,
         tag: str = "rl",
         placement_timeout_s: float = 600.0,
+        tool_format: str = "hermes",
     ) -> None:
         from transformers import AutoConfig
 
@@ -249,7 +254,15 @@ class RayRollouts:
         ]
         self.env_workers = [
             EnvWorker.options(max_concurrency=per_worker + 1, **env_options).remote(
-                str(suite_dir), tok, context, cfg, budgets, self.rollout_workers, BASE_UID + w * slots, slots
+                str(suite_dir),
+                tok,
+                context,
+                cfg,
+                budgets,
+                self.rollout_workers,
+                BASE_UID + w * slots,
+                slots,
+                tool_format,
             )
             for w in range(cfg.env_workers)
         ]

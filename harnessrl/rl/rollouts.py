@@ -106,7 +106,7 @@ def run_group(
     def episode(slot: int) -> None:
         try:
             trajectories[slot] = run_task(tasks[slot], suite_dir, _EpisodePolicy(slot, renderer, asks), budgets,
-                                          uid=uids[slot], count_tokens=renderer.count)  # fmt: skip
+                                          uid=uids[slot], count_tokens=renderer.count, fmt=renderer.fmt)  # fmt: skip
         except BaseException as e:
             errors.append(e)
         finally:

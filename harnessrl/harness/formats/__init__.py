@@ -228,6 +228,27 @@ def properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any] 
     return None
 
 
+def convert(messages: list[dict[str, Any]], fmt: ModuleType) -> list[dict[str, Any]]:
+    """A conversation whose assistant calls are written in Hermes (how the data folder stores every
+    expert conversation) with its calls written in `fmt` instead: what SFT trains a model on in its
+    own format. Anything else is kept as it is."""
+    from harnessrl.harness.formats import hermes
+
+    if fmt is hermes:
+        return messages
+    out = []
+    for m in messages:
+        parts = (
+            hermes.split(m["content"]) if m.get("role") == "assistant" and isinstance(m.get("content"), str) else None
+        )
+        if parts and parts.bodies and not parts.problems and not parts.outside.strip():
+            calls = [hermes.decode(i, body, {})[0] for i, body in enumerate(parts.bodies, 1)]
+            if all(c is not None and isinstance(c.name, str) and isinstance(c.arguments, dict) for c in calls):
+                m = m | {"content": fmt.render_calls([(c.name, c.arguments) for c in calls])}
+        out.append(m)
+    return out
+
+
 def template_format(template: str | None) -> str | None:
     """The format a chat template renders tool calls in, by the markup it writes; None when it
     renders none. Qwen3-Coder's template also writes <tool_call>, so it is recognised first."""
