@@ -116,3 +116,24 @@ def test_a_chat_template_in_another_format_is_refused_naming_both() -> None:
         check_template(QWEN_TEMPLATE, "qwen3_coder", "models/qwen")
     qwen3 = "{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
     assert template_format(qwen3) == "qwen3_coder"
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_sft_conversations_are_written_in_the_models_format(name: str) -> None:
+    """The data folder stores calls in Hermes; formats.convert writes them as the model's format does,
+    and leaves every other message as it was."""
+    from harnessrl.harness.formats import convert, hermes
+
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "What is MAX_RETRIES?"},
+        {"role": "assistant", "content": hermes.render_calls(CALLS)},
+        {"role": "tool", "content": "a.py:3:MAX_RETRIES = 5"},
+        {"role": "assistant", "content": "MAX_RETRIES = 5"},
+    ]
+    out = convert(messages, FORMATS[name])
+    assert out[:2] == messages[:2] and out[3:] == messages[3:]
+    assert out[2]["content"] == FORMATS[name].render_calls(CALLS)
+    turn = parse_turn(out[2]["content"], ALL_TOOLS, fmt=FORMATS[name])
+    assert [(c.name, c.arguments) for c in turn.calls] == CALLS
+    assert convert(messages, hermes) is messages  # the tiny recipe's path: untouched
