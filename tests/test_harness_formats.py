@@ -3,6 +3,8 @@ calls, and every malformed class the harness counts has a turn that shows it, in
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harnessrl.harness.formats import (
@@ -137,3 +139,17 @@ def test_sft_conversations_are_written_in_the_models_format(name: str) -> None:
     turn = parse_turn(out[2]["content"], ALL_TOOLS, fmt=FORMATS[name])
     assert [(c.name, c.arguments) for c in turn.calls] == CALLS
     assert convert(messages, hermes) is messages  # the tiny recipe's path: untouched
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_servers_tool_calls_come_back_as_the_models_own_text(name: str) -> None:
+    """`harnessrl agent --endpoint` gets structured tool_calls; the harness reads them as the text the
+    model wrote, in its format. Arguments that are not JSON stay as written, to be reported back."""
+    from harnessrl.engines.openai_client import _calls_as_text
+
+    fmt = FORMATS[name]
+    served = [{"function": {"name": n, "arguments": json.dumps(a)}} for n, a in CALLS]
+    turn = parse_turn(_calls_as_text(served, fmt), ALL_TOOLS, fmt=fmt)
+    assert [(c.name, c.arguments) for c in turn.calls] == CALLS
+    bad = _calls_as_text([{"function": {"name": "grep", "arguments": "{bad"}}], fmt)
+    assert parse_turn(bad, ALL_TOOLS, fmt=fmt).kind == "malformed"

@@ -96,6 +96,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         harness = _agent_harness(args, production_harness(trained), context_len)
     except (HarnessFileError, ValidationError, ValueError) as e:
         return bad(str(e))
+    if args.endpoint:  # the server's tool_calls become text in the model's format
+        policy.fmt = harness.fmt
     if trained is None:
         print(f"note: no harness.json; the agent gets every tool ({', '.join(ALL_TOOLS)})", file=sys.stderr)
     elif harness.tools != trained.tools:

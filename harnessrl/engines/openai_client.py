@@ -17,9 +17,11 @@ import json
 import time
 import urllib.error
 import urllib.request
+from types import ModuleType
 from typing import Any
 
 from harnessrl.harness.episode import AssistantTurn
+from harnessrl.harness.formats import hermes
 from harnessrl.harness.protocol import CALL_CLOSE, CALL_OPEN
 
 
@@ -68,7 +70,24 @@ def served_model(base_url: str, timeout_s: float = 30.0, api_key: str | None = N
         raise EndpointError(f"{url}: no model listed; pass the model name explicitly") from None
 
 
-def _calls_as_text(tool_calls: list[dict[str, Any]]) -> str:
+def _calls_as_text(tool_calls: list[dict[str, Any]], fmt: ModuleType = hermes) -> str:
+    """A server's structured tool_calls as the text the model wrote them in: its format's. Arguments
+    that are not a JSON object stay as they came (written in Hermes where the format cannot hold
+    them), so the harness reports them back as malformed instead of dropping the call."""
+    if fmt is not hermes:
+        calls = []
+        for c in tool_calls:
+            fn = c.get("function") or {}
+            raw = fn.get("arguments") or "{}"
+            try:
+                args = json.loads(raw) if isinstance(raw, str) else raw
+            except json.JSONDecodeError:
+                args = raw
+            calls.append((fn.get("name", ""), args))
+        try:
+            return fmt.render_calls(calls)
+        except (AttributeError, TypeError, ValueError):  # e.g. qwen3_coder's parameters need an object
+            pass
     parts = []
     for c in tool_calls:
         fn = c.get("function") or {}
@@ -103,8 +122,10 @@ class ChatEndpointPolicy:
         timeout_s: float = 300.0,
         api_key: str | None = None,
         session_id: str | None = None,
+        fmt: ModuleType = hermes,
     ) -> None:
         self.url, self.model = completions_url(base_url), model
+        self.fmt = fmt  # the format the harness reads the served model's calls in
         self.session_id = session_id
         self.temperature = temperature
         self.seed, self.token_ids, self.timeout_s, self.api_key = seed, token_ids, timeout_s, api_key
@@ -141,7 +162,7 @@ class ChatEndpointPolicy:
         if msg.get("reasoning_content"):  # a reasoning model's <think> part, split off by the server
             text = f"<think>{msg['reasoning_content']}</think>{text}"
         if msg.get("tool_calls"):
-            text = "\n".join(p for p in (text, _calls_as_text(msg["tool_calls"])) if p)
+            text = "\n".join(p for p in (text, _calls_as_text(msg["tool_calls"], self.fmt)) if p)
         ids, logprobs = _token_ids(choice)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return AssistantTurn(text=text, token_ids=ids, logprobs=logprobs, finish=finish)
