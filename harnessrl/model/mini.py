@@ -22,30 +22,65 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from harnessrl.model.tokenizer import EOS, IM_END, IM_START, PAD, TAG_TOKENS
 
-# Qwen2.5's layout: the system prompt, then every tool as a JSON line inside <tools></tools>; tool
-# results grouped into one user turn of <tool_response> blocks; calls as <tool_call> JSON lines.
-QWEN_TEMPLATE = (
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
-    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+# Qwen2.5's layout: the system prompt, then every tool as a JSON line inside <tools></tools> and how to
+# call one; tool results grouped into one user turn of <tool_response> blocks. A call is written in the
+# model's tool-call format (harnessrl/harness/formats/), both where the template says how to call and
+# where it renders a message's structured tool_calls, as each model family's own template does.
+_HOW_TO_CALL = {
+    "hermes": "For each function call, return a json object with function name and arguments within "
     '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
-    "\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (message.content or '') + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+    "\\n</tool_call>",
+    "qwen3_coder": "If you choose to call a function ONLY reply in the following format:\\n<tool_call>\\n"
+    "<function=example_function_name>\\n<parameter=example_parameter>\\nvalue\\n</parameter>\\n</function>"
+    "\\n</tool_call>",
+    "llama3_json": 'Respond with a JSON object {"name": function name, "parameters": dictionary of argument '
+    'names and values}; several calls are separated by "; ".',
+    "mistral": 'Call functions as [TOOL_CALLS] [{"name": function name, "arguments": {...}}, ...].',
+}
+# Jinja for one message's structured tool_calls (`tool_call.function.arguments` a mapping or JSON text).
+_CALLS = {
+    "hermes": "{%- for tc in message.tool_calls %}{{- ('\\n' if message.content or not loop.first else '') + "
+    "'<tool_call>\\n{\"name\": ' + (tc.function.name | tojson) + ', \"arguments\": ' + (tc.function.arguments "
+    "if tc.function.arguments is string else tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}",
+    "qwen3_coder": "{%- for tc in message.tool_calls %}{{- ('\\n' if message.content or not loop.first else '') + "
+    "'<tool_call>\\n<function=' + tc.function.name + '>\\n' }}{%- for k, v in tc.function.arguments.items() %}"
+    "{{- '<parameter=' + k + '>\\n' + (v if v is string else v | tojson) + '\\n</parameter>\\n' }}{%- endfor %}"
+    "{{- '</function>\\n</tool_call>' }}{%- endfor %}",
+    "llama3_json": "{%- for tc in message.tool_calls %}{{- ('; ' if not loop.first else '') + '{\"name\": ' + "
+    "(tc.function.name | tojson) + ', \"parameters\": ' + (tc.function.arguments if tc.function.arguments is "
+    "string else tc.function.arguments | tojson) + '}' }}{%- endfor %}",
+    "mistral": "{{- '[TOOL_CALLS] [' }}{%- for tc in message.tool_calls %}{{- (', ' if not loop.first else '') + "
+    "'{\"name\": ' + (tc.function.name | tojson) + ', \"arguments\": ' + (tc.function.arguments if "
+    "tc.function.arguments is string else tc.function.arguments | tojson) + '}' }}{%- endfor %}{{- ']' }}",
+}
+
+
+def chat_template(tool_format: str = "hermes") -> str:
+    """Qwen2.5's chat template, with tool calls in `tool_format`."""
+    return (
+        "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+        "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
+        "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+        "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+        "{{- '\\n</tools>\\n\\n" + _HOW_TO_CALL[tool_format].replace("'", "\\'") + "<|im_end|>\\n' }}"
+        "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- for message in messages %}"
+        "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+        "{%- if message.tool_calls %}" + _CALLS[tool_format] + "{%- endif %}{{- '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'tool' %}"
+        "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+        "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+        "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+        "{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+
+
+QWEN_TEMPLATE = chat_template("hermes")
 
 # Qwen2Tokenizer's split (transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX).
 QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -103,8 +138,9 @@ def train_qwen_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tok
 
 
-def build_mini(like: str, texts: Iterable[str], out: Path | str, seed: int = 0) -> Path:
-    """Write a miniature of `like` into `out` (created; it must not exist yet). Returns `out`."""
+def build_mini(like: str, texts: Iterable[str], out: Path | str, seed: int = 0, tool_format: str = "hermes") -> Path:
+    """Write a miniature of `like` into `out` (created; it must not exist yet), whose chat template
+    writes tool calls in `tool_format`. Returns `out`."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
     from harnessrl.io import atomic_dir
@@ -119,7 +155,7 @@ def build_mini(like: str, texts: Iterable[str], out: Path | str, seed: int = 0) 
         eos_token=IM_END,
         pad_token=PAD,
         additional_special_tokens=[EOS, IM_START],
-        chat_template=QWEN_TEMPLATE,
+        chat_template=chat_template(tool_format),
     )
     config = Qwen2Config(**(dims | {"vocab_size": len(tok)}), pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
