@@ -9,6 +9,8 @@ Rows (a check that fails prints its error in its row; the others still run):
   weight_sync    latency of an in-place weight update of the vLLM engine (WeightSync over collective_rpc)
   zero3_nccl     tokens/s of a DeepSpeed ZeRO-3 step on every GPU (torchrun, NCCL; gloo with --cpu)
                  against a plain torch AdamW step on one device, and their ratio
+  tool_format    qwen_coder_7b's model.tool_format agrees with its miniature's chat template, and vLLM's
+                 own parser for that format reads the calls the template renders as harnessrl does
   mini_recipe    `harnessrl run recipe=qwen_coder_7b_mini` end to end, and its seconds
   rl_0_5b        a Qwen2 model at 0.5B dimensions, random weights: the RL stage's first 3 steps on the
                  vLLM engine, with each stage's peak device memory (torch.cuda.max_memory_allocated
@@ -180,6 +182,35 @@ def harnessrl(*args: str, timeout: float) -> tuple[float, int]:
     return time.perf_counter() - t0, mem.peak_mib
 
 
+def tool_format(model_dir: Path) -> tuple[str, str]:
+    """The recipe's tool-call format against the model's template and vLLM's parser for it."""
+    from transformers import AutoTokenizer
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers import ToolParserManager
+
+    from harnessrl.config import compose
+    from harnessrl.harness import formats
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.tools import select
+
+    name = compose(["recipe=qwen_coder_7b"]).model.tool_format
+    fmt, tok = formats.load(name), AutoTokenizer.from_pretrained(model_dir)
+    formats.check_template(tok.chat_template, name, str(model_dir))
+    tools = render_tools(select(["grep", "read_file"]))
+    calls = [{"type": "function", "function": {"name": "grep", "arguments": {"pattern": "^MAX_RETRIES ="}}},
+             {"type": "function", "function": {"name": "read_file", "arguments": {"path": "a.py", "end_line": 9}}}]  # fmt: skip
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    text = tok.apply_chat_template(messages, tools=tools, tokenize=False).split("<|im_start|>assistant\n")[1]
+    text = text.split("<|im_end|>")[0]
+    request = ChatCompletionRequest(model="m", messages=messages[:1], tools=tools)
+    got = ToolParserManager.get_tool_parser(fmt.VLLM_PARSER)(tok).extract_tool_calls(text, request)
+    theirs = [(c.function.name, json.loads(c.function.arguments)) for c in got.tool_calls]
+    ours = [(n, json.loads(a)) for n, a in fmt.extract(text, tools)[1]]
+    if theirs != ours or len(ours) != 2:
+        return "FAILED", f"{name}: vLLM's {fmt.VLLM_PARSER} parser read {theirs}, harnessrl {ours}"
+    return "ok", f"{name}: the template renders it; vLLM's {fmt.VLLM_PARSER} parser reads both calls as harnessrl does"
+
+
 def mini_recipe(model_dir: Path, out: Path, cpu: bool) -> tuple[str, str]:
     extra = [] if cpu else ["model.dtype=bfloat16", "stages.cpt.precision=bf16", "stages.sft.precision=bf16"]
     seconds, peak = harnessrl("run", "recipe=qwen_coder_7b_mini", f"model.path={model_dir}", "--output-dir",
@@ -222,6 +253,8 @@ def main() -> None:
     if "zero3_nccl" not in args.skip:
         row("zero3_nccl", lambda: zero3_vs_torch(gpus, args.cpu, small if args.cpu else half_b,
                                                  2 if args.cpu else 4, 64 if args.cpu else 1024, 3 if args.cpu else 10))  # fmt: skip
+    if "tool_format" not in args.skip:
+        row("tool_format", lambda: tool_format(mini))
     if "mini_recipe" not in args.skip:
         row("mini_recipe", lambda: mini_recipe(mini, work / "mini-run", args.cpu))
     if "rl_0_5b" not in args.skip and big is not None:
