@@ -67,15 +67,21 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, log_dir: Path,
                    timeout_s: float = 600) -> Upstream:  # fmt: skip
-    """vLLM's OpenAI server on `path`, as its docs start it, on a free loopback port; waits until it
-    lists its model. Its output goes to LOG_DIR/vllm-PORT.log."""
+    """vLLM's OpenAI server on `path`, as its docs start it, on a free loopback port, with the tool
+    parser of the checkpoint's format (its harness.json); waits until it lists its model. Its output
+    goes to LOG_DIR/vllm-PORT.log."""
     from harnessrl.engines.vllm import CPU_ENV
+    from harnessrl.harness.formats import hermes
+    from harnessrl.harness.spec import load_harness
     from harnessrl.model.checkpoint import load_tokenizer
+
+    spec = load_harness(path)
+    fmt = spec.fmt if spec else hermes
 
     port = free_port()
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
             "--served-model-name", UPSTREAM_NAME, "--host", "127.0.0.1", "--port", str(port),
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--logprobs-mode", "processed_logprobs",
+            "--enable-auto-tool-choice", "--tool-call-parser", fmt.VLLM_PARSER, "--logprobs-mode", "processed_logprobs",
             "--worker-extension-cls", "harnessrl.engines.vllm.WeightSync", "--generation-config", "vllm",
             "--max-logprobs", "1", "--dtype", dtype, "--tensor-parallel-size", str(engine.tensor_parallel_size),
             "--gpu-memory-utilization", str(engine.gpu_memory_utilization)]  # fmt: skip
@@ -106,7 +112,7 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
             stop_group(proc)
             raise RuntimeError(f"vLLM's server on {path} did not come up:\n{log.read_text()[-3000:]}")
         time.sleep(1)
-    return Upstream(path, version, url, proc, PromptRenderer(load_tokenizer(path), context))
+    return Upstream(path, version, url, proc, PromptRenderer(load_tokenizer(path), context, fmt))
 
 
 def upstream_body(raw: dict[str, Any], room: int, temperature: float) -> dict[str, Any]:
