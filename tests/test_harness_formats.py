@@ -177,3 +177,18 @@ def test_the_miniatures_template_renders_calls_in_its_format(name: str) -> None:
     written = text.split("<|im_start|>assistant\n")[1].removesuffix("<|im_end|>\n")
     turn = parse_turn(written, ALL_TOOLS, fmt=FORMATS[name])
     assert [(c.name, c.arguments) for c in turn.calls] == CALLS
+
+
+def test_rl_step_metrics_count_malformed_turns_by_class() -> None:
+    from harnessrl.harness.episode import Trajectory, TurnRecord
+    from harnessrl.rl.loop import malformed_classes
+
+    def turn(i: int, classes: list[str]) -> TurnRecord:
+        kind = "malformed" if classes else "final"
+        return TurnRecord(index=i, kind=kind, text="", errors=["e"] * len(classes), classes=classes, policy_s=0.0)
+
+    trajs = [
+        Trajectory.model_construct(turns=[turn(0, [UNCLOSED]), turn(1, [UNKNOWN_TOOL, UNKNOWN_TOOL])]),
+        Trajectory.model_construct(turns=[turn(0, [UNCLOSED, TEXT_OUTSIDE]), turn(1, [])]),
+    ]
+    assert malformed_classes(trajs) == {TEXT_OUTSIDE: 1, UNCLOSED: 2, UNKNOWN_TOOL: 1}

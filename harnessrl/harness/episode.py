@@ -99,6 +99,7 @@ class TurnRecord(BaseModel):
     logprobs: list[float] | None = None
     calls: list[CallRecord] = []
     errors: list[str] = []
+    classes: list[str] = []  # the class of each error (harnessrl/harness/formats/__init__.py)
     policy_s: float
 
 
@@ -391,6 +392,7 @@ def run_episode(
         add({"role": "assistant", "content": record.text})
         parsed: ParsedTurn = parse_turn(record.text, tools, budgets.max_calls_per_turn, fmt)
         record.kind, record.reasoning, record.errors = parsed.kind, parsed.reasoning, parsed.errors
+        record.classes = parsed.classes
 
         if parsed.kind == "final":
             final_answer, stop = parsed.final_text, "final"

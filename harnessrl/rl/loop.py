@@ -301,6 +301,17 @@ class Scored:
         return [r.trajectory for r in self.rollouts]
 
 
+def malformed_classes(trajs: list[Trajectory]) -> dict[str, int]:
+    """Malformed turns by class (unparseable, unclosed, unknown_tool, bad_arguments, ...): a turn with
+    two problems of one class counts once for it."""
+    out: dict[str, int] = {}
+    for tr in trajs:
+        for turn in tr.turns:
+            for kind in set(turn.classes):
+                out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def score(groups: list[list[Rollout]], cfg: RLConfig, drop_malformed: bool = False) -> Scored:
     """Advantages from the rewards stored on the trajectories, against each group's mean or the whole
     step's (cfg.baseline).
@@ -438,6 +449,8 @@ def step_metrics(
         "dropped_malformed": scored.dropped_malformed,
         **strategy_metrics(trajs),
         **{f"ended/{reason}": stops.count(reason) / n for reason in get_args(StopReason)},
+        # Which ways the malformed turns went wrong (a turn counts once per class it shows).
+        **{f"malformed_class/{k}": v / max(1, turns + summaries) for k, v in malformed_classes(trajs).items()},
         **{f"reward/{k}": sum(t.reward_components[k] for t in trajs) / n for k in trajs[0].reward_components},
         **per_suite_metrics(trajs),
         "grad_norm": stats.grad_norm,
