@@ -41,7 +41,7 @@ def work(ctx: StageContext) -> dict:
             stage, ckpt = manifest["stage"], manifest["id"]
             rows = [
                 {"stage": stage, "checkpoint": ckpt} | r
-                for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, dtype, engine, vllm, fmt_name)
+                for r in checkpoint_rows(path, tasks, ctx.data_dir, cfg, dtype, engine, vllm, tool_format=fmt_name)
             ]
             res = checkpoint_result(stage, ckpt, manifest.get("manifest_hash"), str(path), rows, cfg)
             results.append(res)

@@ -41,7 +41,7 @@ def fake_chain(root: Path) -> Path:
 
 @pytest.fixture
 def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    def rows(path, tasks, data_dir, cfg, dtype, engine=None, vllm=None):
+    def rows(path, tasks, data_dir, cfg, dtype, engine=None, vllm=None, tool_format=None):
         # Each source's tasks solved alike (the generated lookups and hydra's): the first `solved` of each.
         solved = SOLVED[Path(path).name]
         index = {t.id: [u.id for u in tasks if row_suite(u) == row_suite(t)].index(t.id) for t in tasks}
@@ -54,7 +54,7 @@ def stub_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run_eval(root: Path, data: Path, gates: list[dict]) -> Path:
-    cfg = {"name": "t", "seed": 0, "model": {"dtype": "float32"}, "engine": {"kind": "hf"},
+    cfg = {"name": "t", "seed": 0, "model": {"dtype": "float32", "tool_format": "hermes"}, "engine": {"kind": "hf"},
            "stage": {"mix": {"lookup": 1.0}, "seeds": [0], "num_tasks": 4, "max_new_tokens": 8, "gates": gates}}  # fmt: skip
     out = root / "eval"
     run_stage("eval", work, json.dumps(cfg), str(data), "md5", str(root / "long_horizon"), str(out))

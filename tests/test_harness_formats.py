@@ -9,6 +9,7 @@ import pytest
 
 from harnessrl.harness.formats import (
     BAD_ARGUMENTS,
+    CLASSES,
     FORMATS,
     TEXT_OUTSIDE,
     UNCLOSED,
@@ -191,4 +192,6 @@ def test_rl_step_metrics_count_malformed_turns_by_class() -> None:
         Trajectory.model_construct(turns=[turn(0, [UNCLOSED]), turn(1, [UNKNOWN_TOOL, UNKNOWN_TOOL])]),
         Trajectory.model_construct(turns=[turn(0, [UNCLOSED, TEXT_OUTSIDE]), turn(1, [])]),
     ]
-    assert malformed_classes(trajs) == {TEXT_OUTSIDE: 1, UNCLOSED: 2, UNKNOWN_TOOL: 1}
+    counts = malformed_classes(trajs)
+    assert {k: v for k, v in counts.items() if v} == {TEXT_OUTSIDE: 1, UNCLOSED: 2, UNKNOWN_TOOL: 1}
+    assert set(counts) == set(CLASSES)  # every class, every step: the metrics' keys never change

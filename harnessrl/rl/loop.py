@@ -40,6 +40,7 @@ from torch import nn
 
 from harnessrl.config import RewardConfig, RLConfig
 from harnessrl.harness.episode import OVERLONG, StopReason, Trajectory
+from harnessrl.harness.formats import CLASSES
 from harnessrl.metrics import MetricsWriter, read_metrics, restore, snapshot
 from harnessrl.rewards.monitors import HackAlarm, HackMonitor
 from harnessrl.rl.rollouts import Rollout, RolloutSource
@@ -302,14 +303,14 @@ class Scored:
 
 
 def malformed_classes(trajs: list[Trajectory]) -> dict[str, int]:
-    """Malformed turns by class (unparseable, unclosed, unknown_tool, bad_arguments, ...): a turn with
-    two problems of one class counts once for it."""
-    out: dict[str, int] = {}
+    """Malformed turns by class (unparseable, unclosed, unknown_tool, bad_arguments, ...), every class
+    named (so each step logs the same metrics): a turn with two problems of one class counts once."""
+    out = dict.fromkeys(CLASSES, 0)
     for tr in trajs:
         for turn in tr.turns:
             for kind in set(turn.classes):
                 out[kind] = out.get(kind, 0) + 1
-    return dict(sorted(out.items()))
+    return out
 
 
 def score(groups: list[list[Rollout]], cfg: RLConfig, drop_malformed: bool = False) -> Scored:

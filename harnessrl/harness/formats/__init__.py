@@ -45,6 +45,7 @@ TEXT_OUTSIDE = "text_outside"  # prose beside calls: a turn is calls only or an 
 TOO_MANY_CALLS = "too_many_calls"
 EMPTY = "empty"
 MISPLACED = "misplaced"  # a tag the model may not write there: a tool response, a stray close, <think>
+CLASSES = (UNPARSEABLE, UNCLOSED, UNKNOWN_TOOL, BAD_ARGUMENTS, TEXT_OUTSIDE, TOO_MANY_CALLS, EMPTY, MISPLACED)
 
 
 @dataclass
