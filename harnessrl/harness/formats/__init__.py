@@ -116,20 +116,16 @@ def split_tags(text: str, open_tag: str, close_tag: str, tags: re.Pattern[str], 
     return out
 
 
-def loads(i: int, body: str) -> tuple[Any, list[Problem]]:
-    """A JSON call body, or the problem that says why it does not parse."""
+def json_call(i: int, body: str, args_key: str) -> tuple[RawCall | None, list[Problem]]:
+    """A JSON call body {"name": ..., args_key: {...}}: its name and arguments, or the problem that
+    says why it does not parse; extra keys are reported. A missing arguments key means no arguments."""
     try:
-        return json.loads(body), []
+        obj = json.loads(body)
     except json.JSONDecodeError as e:
         msg = f"call {i}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}): {short(body)!r}"
         return None, [Problem(UNPARSEABLE, msg)]
     except (ValueError, RecursionError) as e:  # e.g. integers too long to convert, absurd nesting
         return None, [Problem(UNPARSEABLE, f"call {i}: invalid JSON ({type(e).__name__})")]
-
-
-def json_call(i: int, obj: Any, args_key: str) -> tuple[RawCall | None, list[Problem]]:
-    """A decoded JSON call object {"name": ..., args_key: {...}}: its name and arguments, with any
-    extra keys reported. A missing arguments key means no arguments."""
     if not isinstance(obj, dict):
         got = type(obj).__name__
         return None, [
@@ -233,8 +229,6 @@ def convert(messages: list[dict[str, Any]], fmt: ModuleType) -> list[dict[str, A
     """A conversation whose assistant calls are written in Hermes (how the data folder stores every
     expert conversation) with its calls written in `fmt` instead: what SFT trains a model on in its
     own format. Anything else is kept as it is."""
-    from harnessrl.harness.formats import hermes
-
     if fmt is hermes:
         return messages
     out = []

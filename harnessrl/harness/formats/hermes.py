@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harnessrl.harness.formats import Problem, RawCall, Split, json_call, loads, split_tags
+from harnessrl.harness.formats import Problem, RawCall, Split, json_call, split_tags
 from harnessrl.harness.tools import Tool
 
 VLLM_PARSER = "hermes"
@@ -45,10 +45,7 @@ def split(text: str) -> Split:
 
 
 def decode(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[RawCall | None, list[Problem]]:
-    obj, problems = loads(i, body)
-    if problems:
-        return None, problems
-    return json_call(i, obj, "arguments")
+    return json_call(i, body, "arguments")
 
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)

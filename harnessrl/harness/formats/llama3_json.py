@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from harnessrl.harness.formats import UNCLOSED, UNPARSEABLE, Problem, RawCall, Split, json_call, loads, short
+from harnessrl.harness.formats import UNCLOSED, UNPARSEABLE, Problem, RawCall, Split, json_call, short
 from harnessrl.harness.tools import Tool
 
 VLLM_PARSER = "llama3_json"
@@ -90,10 +90,7 @@ def _name_of(obj_text: str) -> Any:
 
 
 def decode(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[RawCall | None, list[Problem]]:
-    obj, problems = loads(i, body)
-    if problems:
-        return None, problems
-    return json_call(i, obj, "parameters")
+    return json_call(i, body, "parameters")
 
 
 def extract(text: str, tools: list[dict[str, Any]] | None = None) -> tuple[str | None, list[tuple[str, str]]]:

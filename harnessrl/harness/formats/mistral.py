@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harnessrl.harness.formats import UNCLOSED, UNPARSEABLE, Problem, RawCall, Split, json_call, loads, short
+from harnessrl.harness.formats import UNCLOSED, UNPARSEABLE, Problem, RawCall, Split, json_call, short
 from harnessrl.harness.tools import Tool
 
 VLLM_PARSER = "mistral"
@@ -60,10 +60,7 @@ def split(text: str) -> Split:
 
 
 def decode(i: int, body: str, tools: Mapping[str, Tool]) -> tuple[RawCall | None, list[Problem]]:
-    obj, problems = loads(i, body)
-    if problems:
-        return None, problems
-    return json_call(i, obj, "arguments")
+    return json_call(i, body, "arguments")
 
 
 _LIST = re.compile(r"\[{.*}\]", re.DOTALL)
