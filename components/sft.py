@@ -13,7 +13,7 @@ from harnessrl.config import TrainConfig
 from harnessrl.config.stages import shares
 from harnessrl.data.build import read_jsonl
 from harnessrl.harness import formats
-from harnessrl.harness.spec import load_harness, save_harness
+from harnessrl.harness.spec import load_harness, save_harness, tools_named
 from harnessrl.stage import StageContext
 
 
@@ -31,8 +31,10 @@ def work(ctx: StageContext) -> dict:
 def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     """One rank's share of SFT; every rank runs this."""
     # torch and transformers load here, not at import: building the DAG (compile, cached re-runs) stays fast.
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.tools import select
     from harnessrl.model.checkpoint import load
-    from harnessrl.model.tokenizer import render_ids
+    from harnessrl.model.prompts import PromptRenderer
     from harnessrl.train.engine import export_hf
     from harnessrl.train.loop import Run, masked_batches, train
 
@@ -41,9 +43,16 @@ def train_job(ctx: StageContext, rank: int, world: int) -> dict:
     rows = read_jsonl(ctx.data_dir / "sft.jsonl")
     if cfg.mix is not None:
         rows = mixed(rows, cfg.mix, ctx.cfg["seed"])
-    # The data folder stores every conversation's calls in Hermes; a model trains in its own format.
+    # The data folder stores every conversation's calls in Hermes; a model trains in its own format,
+    # rendered as its rollouts will prompt it: by its chat template, with the schemas of the tools the
+    # conversation's system prompt names (a real model's template writes them into the prompt).
     fmt = formats.load(ctx.cfg["model"]["tool_format"])
-    samples = [render_ids(tok, formats.convert(row["messages"], fmt)) for row in rows]
+    renderer = PromptRenderer(tok, cfg.seq_len, fmt)
+    samples = []
+    for row in rows:
+        messages = formats.convert(row["messages"], fmt)
+        names = tools_named(messages[0]["content"]) if messages[0]["role"] == "system" else None
+        samples.append(renderer.conversation_ids(messages, render_tools(select(names)) if names else None))
     longest = max(len(ids) for ids, _ in samples)
     if longest > cfg.seq_len:  # cutting a conversation would train on one that never ended, silently
         raise ValueError(f"stages.sft.seq_len: {cfg.seq_len} is shorter than the longest conversation "

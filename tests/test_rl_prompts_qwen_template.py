@@ -17,6 +17,7 @@ from harnessrl.harness.protocol import render_calls
 from harnessrl.model.checkpoint import build_from_arch, load
 from harnessrl.model.mini import QWEN_TEMPLATE
 from harnessrl.model.prompts import PromptRenderer
+from harnessrl.model.tokenizer import render_ids
 from harnessrl.report.heldout import load_heldout
 from harnessrl.rl.loop import turn_samples
 from harnessrl.rl.rollouts import LocalRollouts
@@ -68,3 +69,44 @@ def test_training_prompt_ids_are_the_rollout_prompt_ids_turn_by_turn(tiny_base: 
         text = tok.decode(samples[0].prompt)
         assert all(f'"name": "{t["function"]["name"]}"' in text for t in traj.tools) and "<tools>" in text
     assert checked >= 4
+
+
+def test_sft_trains_each_turn_on_the_prompt_a_rollout_would_give_it(tiny_base: dict[str, Path]) -> None:
+    """SFT under the same template: before each assistant turn of an SFT conversation, the trained ids
+    are the prompt that turn's rollout would get (the tool schemas included), and the labelled ids
+    are the turn itself, to its end-of-turn token. SFT once rendered every model's conversations in
+    the tiny ChatML, with no schemas: a model with its own template trained on prompts it never saw
+    again, and the Qwen2 miniature answered served requests with a bare `</tool_call>`."""
+    from harnessrl.data.build import read_jsonl
+    from harnessrl.harness.protocol import render_tools
+    from harnessrl.harness.spec import system_prompt, tools_named
+    from harnessrl.harness.tools import select
+
+    _, tok = load(tiny_base["base"])
+    tok.chat_template = QWEN_TEMPLATE
+    renderer = PromptRenderer(tok, 1 << 16)
+    row = next(r for r in read_jsonl(tiny_base["data"] / "sft.jsonl") if r["suite"] == "lookup"
+               and sum(m["role"] == "assistant" for m in r["messages"]) > 1)  # fmt: skip
+    messages = row["messages"]
+    names = tools_named(messages[0]["content"])
+    assert names and system_prompt(names) == messages[0]["content"]
+    tools = render_tools(select(names))
+    ids, mask = renderer.conversation_ids(messages, tools)
+    assert len(ids) == len(mask) and ids == list(tok.apply_chat_template(messages, tools=tools, tokenize=True,
+                                                                         return_dict=False))  # fmt: skip
+    starts = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    spans, k = [], 0
+    while k < len(mask):  # the labelled runs, in order
+        if mask[k]:
+            end = next((j for j in range(k, len(mask)) if not mask[j]), len(mask))
+            spans.append((k, end))
+            k = end
+        else:
+            k += 1
+    assert len(spans) == len(starts)
+    for (a, b), at in zip(spans, starts, strict=True):
+        assert ids[:a] == renderer.prompt_ids(messages[:at], tools)
+        assert tok.decode(ids[a:b]) == messages[at]["content"] + "<|im_end|>"
+    # The tiny model's own ChatML is rendered as before, segment by segment.
+    _, chatml = load(tiny_base["base"])
+    assert PromptRenderer(chatml, 1 << 16).conversation_ids(messages, tools) == render_ids(chatml, messages)

@@ -32,6 +32,14 @@ def system_prompt(tools: list[str]) -> str:
     return f"{SYSTEM_PROMPT} Tools: {', '.join(tools)}."
 
 
+def tools_named(prompt: str) -> list[str] | None:
+    """The tools a training system prompt names (system_prompt's inverse), or None for another prompt."""
+    head = f"{SYSTEM_PROMPT} Tools: "
+    if not (prompt.startswith(head) and prompt.endswith(".")):
+        return None
+    return prompt[len(head) : -1].split(", ")
+
+
 class HarnessSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tools: list[str]

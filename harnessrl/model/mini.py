@@ -20,7 +20,12 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from harnessrl.harness.formats import llama3_json, mistral
 from harnessrl.model.tokenizer import EOS, IM_END, IM_START, PAD, TAG_TOKENS
+
+# The call markers that a format's real models have as single tokens of their own, and that vLLM's
+# parser for the format looks up in the vocabulary (it refuses a tokenizer without them).
+FORMAT_TOKENS = {"llama3_json": [llama3_json.PYTHON_TAG], "mistral": [mistral.MARK]}
 
 # Qwen2.5's layout: the system prompt, then every tool as a JSON line inside <tools></tools> and how to
 # call one; tool results grouped into one user turn of <tool_response> blocks. A call is written in the
@@ -116,9 +121,9 @@ LIKE = {
 }
 
 
-def train_qwen_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+def train_qwen_bpe(texts: Iterable[str], vocab_size: int, extra: Iterable[str] = ()) -> Tokenizer:
     """A byte-level BPE split as Qwen2Tokenizer splits, with the chat markers as special tokens and
-    the tool-call tags as single tokens."""
+    the tool-call tags (and `extra`) as single tokens."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -130,7 +135,7 @@ def train_qwen_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[EOS, PAD, IM_START, IM_END, *TAG_TOKENS],
+        special_tokens=[EOS, PAD, IM_START, IM_END, *TAG_TOKENS, *extra],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -149,7 +154,7 @@ def build_mini(like: str, texts: Iterable[str], out: Path | str, seed: int = 0, 
     if like not in LIKE:
         raise ValueError(f"--like: no miniature of {like!r} (known: {', '.join(sorted(LIKE))})")
     dims = LIKE[like]
-    bpe = train_qwen_bpe(texts, dims["vocab_size"])
+    bpe = train_qwen_bpe(texts, dims["vocab_size"], FORMAT_TOKENS.get(tool_format, []))
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token=IM_END,

@@ -15,7 +15,7 @@ from typing import Any
 
 from harnessrl.harness.episode import AssistantTurn
 from harnessrl.harness.formats import hermes
-from harnessrl.model.tokenizer import CHAT_TEMPLATE, segments, stop_ids
+from harnessrl.model.tokenizer import CHAT_TEMPLATE, render_ids, segments, stop_ids
 
 
 class PromptRenderer:
@@ -38,6 +38,35 @@ class PromptRenderer:
                 messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
             )
         )
+
+    def conversation_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], list[bool]]:
+        """A whole conversation's ids and, per id, whether it is the assistant's own output (what SFT
+        trains on): each assistant turn exactly as `prompt_ids` would have prompted it, with the
+        tools, so SFT and rollouts see the same prompts. A template renders the conversation up to a
+        turn with the generation prompt, then through the turn: the turn's ids, up to its end-of-turn
+        token, are the difference."""
+        if self._chatml:
+            return render_ids(self.tok, messages, tools=tools)
+        ids: list[int] = []
+        mask: list[bool] = []
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            before, through = self.prompt_ids(messages[:i], tools), self._render(messages[: i + 1], tools)
+            if through[: len(before)] != before or before[: len(ids)] != ids:
+                raise ValueError(f"the chat template does not render message {i} ({m['role']}) as a continuation "
+                                 "of the conversation before it, so its turns cannot be trained as prompted")  # fmt: skip
+            turn = through[len(before) :]
+            end = next((k + 1 for k, t in enumerate(turn) if t in self.stop), len(turn))
+            ids += before[len(ids) :] + turn[:end]
+            mask += [False] * (len(before) - len(mask)) + [True] * end
+        rest = self._render(messages, tools)[len(ids) :]
+        return ids + rest, mask + [False] * len(rest)
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        return list(self.tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=False))
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         """Context tokens of a conversation: the harness's TokenCounter for this model."""
