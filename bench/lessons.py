@@ -2,11 +2,12 @@
 
     python bench/lessons.py --seeds 0 1 2 [--parallel 2] [--root DIR] [--lessons strategy drop clarify summary]
 
-Per seed, the default recipe runs once (`harnessrl run seed=S`), and every other run starts from
-its SFT checkpoint: the strategy ablation as a pipeline sharing that run's cache (CPT and SFT are not
+Per seed, the lessons recipe runs once (`harnessrl run recipe=tiny_lessons seed=S`: the default with
+the lesson suites trained too, conf/recipe/tiny_lessons.yaml), and every other run starts from its SFT
+checkpoint: the strategy ablation as a pipeline sharing that run's cache (CPT and SFT are not
 run again), the hard runs as the RL stage alone (`harnessrl rl --checkpoint .../sft`):
 
-    default         the default recipe: RL with the efficiency terms (turns, parallel calls)
+    default         recipe=tiny_lessons: RL with the efficiency terms (turns, parallel calls)
     no_efficiency   the same with reward.turns=0 reward.parallel=0 (no long-horizon stage)
     frozen_summaries  the default with stages.long_horizon.train_summaries=false: the long-horizon
                     stage trains every turn but the summaries (CPT, SFT and RL from the default's cache)
@@ -53,6 +54,7 @@ from pathlib import Path
 from harnessrl.metrics import read_metrics
 from harnessrl.rewards.monitors import read_incidents
 
+RECIPE = "recipe=tiny_lessons"
 HARD = ["+stages.rl.mix.hard_lookup=0.4", "stages.rl.mix.lookup=0.6", "stages.rl.mix.multi_lookup=0"]
 RUNS: dict[str, list[str]] = {
     "default": [],
@@ -103,11 +105,11 @@ def seed_chain(root: Path, seed: int, names: list[str], data: Path) -> subproces
     steps = []
     for name in (n for n in names if not done(root, seed, n)):
         if name in PIPELINE:
-            cmd = [*cli, "run", f"seed={seed}", f"data.dir={data}", *RUNS[name], "--output-dir",
+            cmd = [*cli, "run", RECIPE, f"seed={seed}", f"data.dir={data}", *RUNS[name], "--output-dir",
                    str(run_dir(root, seed, name)), "--pipeline-root", str(root / f"kfp{seed}")]  # fmt: skip
         else:
-            cmd = [*cli, "rl", "--checkpoint", str(sft), "-o", str(rl_dir(root, seed, name)), f"seed={seed}",
-                   f"data.dir={data}", *RUNS[name]]  # fmt: skip
+            cmd = [*cli, "rl", "--checkpoint", str(sft), "-o", str(rl_dir(root, seed, name)), RECIPE,
+                   f"seed={seed}", f"data.dir={data}", *RUNS[name]]  # fmt: skip
         steps.append(f"echo '== {name}' && {shlex.join(cmd)}")
     env = os.environ | {"HARNESSRL_THREADS": "1", "OMP_NUM_THREADS": "1"}
     log = (root / f"seed{seed}.log").open("a")

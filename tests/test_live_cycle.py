@@ -131,7 +131,7 @@ def test_a_cycle_trains_gates_and_records_its_lineage(tiny_base, smoke_data_root
     assert row["counts"] == {"torn_session_lines": 0, "torn_feedback_lines": 0, "unknown_session_events": 1,
                              "refused_no_logprobs": 1, "dropped_off_policy": 1}  # fmt: skip
     assert row["result"] in ("promoted", "rejected") and row["train"]["samples"] == 6
-    assert len(row["gate"]) == 6  # success and malformed, each on lookup, multi_lookup and lookup@hydra
+    assert len(row["gate"]) == 4  # success and malformed, each on lookup and lookup@hydra
     candidate = live / "checkpoints" / "cycle-0001"
     m = read_manifest(candidate)
     assert m["stage"] == "live" and m["parent"]["manifest_hash"] == read_manifest(tiny_base["base"])["manifest_hash"]

@@ -1,5 +1,5 @@
 """The default recipe, whole, as `harnessrl run` runs it: CPT and SFT reach a measurable success on
-held-out lookup tasks in the harness, RL then adds at least 15 points over SFT with malformed calls
+held-out lookup tasks in the harness, RL then adds at least 30 points over SFT with malformed calls
 under 2% and no more turns per solved task, and the long-horizon stage does not undo it; the eval
 compares the three context methods on the held-out long-horizon tasks in one harness and budget.
 
@@ -32,7 +32,8 @@ def test_tiny_recipe_sft_is_measurable_and_rl_improves_on_it(tiny_run: Path) -> 
     sft, rl = ({k: v["value"] for k, v in by_stage[s]["suites"]["lookup"].items() if isinstance(v, dict)}
                for s in ("sft", "rl"))  # fmt: skip
     assert sft["success"] >= 0.15, f"SFT success {sft['success']:.3f} on held-out lookup"
-    assert rl["success"] >= sft["success"] + 0.15, f"RL {rl['success']:.3f} against SFT {sft['success']:.3f}"
+    # Measured: +53 points on seed 0, +45 to +54 on seeds 5-7 (README).
+    assert rl["success"] >= sft["success"] + 0.30, f"RL {rl['success']:.3f} against SFT {sft['success']:.3f}"
     assert rl["malformed"] < 0.02
     assert "lookup@hydra" in by_stage["rl"]["suites"]
     assert turns_per_solved(tiny_run, "rl", "lookup") <= turns_per_solved(tiny_run, "sft", "lookup")
