@@ -65,7 +65,11 @@ BAD_OVERRIDES = [
     ("stages.rl.clip_low=1.5", "stages.rl.clip_low", "less than 1"),
     ("stages.cpt.schedule=wavy", "stages.cpt.schedule", "'cosine', 'linear' or 'constant'"),
     ("model=medium", "model", "unknown option 'medium'"),
-    ("recipe=huge", "recipe", "available: qwen_coder_7b, qwen_coder_7b_mini, smol, tiny, tiny_real, tiny_smoke"),
+    (
+        "recipe=huge",
+        "recipe",
+        "available: qwen_coder_7b, qwen_coder_7b_mini, smol, tiny, tiny_lessons, tiny_real, tiny_smoke",
+    ),
     ("data.name=???", "data.name", "missing required value"),
     ("~stages.sft.lr", "stages.sft.lr", "missing required value"),
     ("model.arch.hidden_size=130", "model.arch", "divisible by num_heads"),
