@@ -56,8 +56,8 @@ class PromptRenderer:
                 continue
             before, through = self.prompt_ids(messages[:i], tools), self._render(messages[: i + 1], tools)
             if through[: len(before)] != before or before[: len(ids)] != ids:
-                raise ValueError(f"the chat template does not render message {i} ({m['role']}) as a continuation "
-                                 "of the conversation before it, so its turns cannot be trained as prompted")  # fmt: skip
+                raise ValueError(f"the chat template does not render assistant message {i} as a continuation of "
+                                 "the conversation before it, so its turns cannot be trained as prompted")  # fmt: skip
             turn = through[len(before) :]
             end = next((k + 1 for k, t in enumerate(turn) if t in self.stop), len(turn))
             ids += before[len(ids) :] + turn[:end]
