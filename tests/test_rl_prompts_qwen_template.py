@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harnessrl.config import Budgets, compose
 from harnessrl.engines.hf import Completion, HFEngine
 from harnessrl.harness.episode import BASE_UID
@@ -110,3 +112,19 @@ def test_sft_trains_each_turn_on_the_prompt_a_rollout_would_give_it(tiny_base: d
     # The tiny model's own ChatML is rendered as before, segment by segment.
     _, chatml = load(tiny_base["base"])
     assert PromptRenderer(chatml, 1 << 16).conversation_ids(messages, tools) == render_ids(chatml, messages)
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused_for_sft(tiny_base: dict[str, Path]) -> None:
+    """A template that renders an earlier assistant turn differently once a later one follows (as
+    templates that strip past reasoning do) cannot be trained turn by turn as it prompts: refused,
+    naming the message."""
+    _, tok = load(tiny_base["base"])
+    tok.chat_template = (
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+        "{%- if m.role == 'assistant' and not loop.last %}(earlier turn){% else %}{{ m.content }}{% endif %}"
+        "<|im_end|>\n{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+    )
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "r"}, {"role": "assistant", "content": "b"}]  # fmt: skip
+    with pytest.raises(ValueError, match="assistant message 3"):
+        PromptRenderer(tok, 1 << 16).conversation_ids(messages)
