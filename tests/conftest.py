@@ -6,11 +6,24 @@ import json
 import os
 from pathlib import Path
 
-import pytest
+# pytest-xdist runs the suite on two workers (`-n 2` in pyproject.toml), which share the machine's
+# cores. Each worker takes one thread, and vLLM's CPU engine binds to a core of the worker's own,
+# before torch or vLLM is imported: two processes spinning two OpenMP threads each on two cores ran
+# the tiny recipe's SFT 5-9x slower than one process alone.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    cores = sorted(os.sched_getaffinity(0))
+    os.environ.update(
+        HARNESSRL_THREADS="1",
+        OMP_NUM_THREADS="1",
+        VLLM_CPU_OMP_THREADS_BIND=str(cores[int(WORKER.removeprefix("gw")) % len(cores)]),
+    )
 
-from harnessrl.cli import main
-from harnessrl.harness import sandbox as sb
-from pipelines.routing import stage_slice
+import pytest  # noqa: E402
+
+from harnessrl.cli import main  # noqa: E402
+from harnessrl.harness import sandbox as sb  # noqa: E402
+from pipelines.routing import stage_slice  # noqa: E402
 
 # Sandbox tests skip on a laptop without bubblewrap, but never in CI (CI=true), where a missing
 # sandbox must fail loudly rather than hide behind a skip.
@@ -20,6 +33,18 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 SMOKE = ["recipe=tiny_smoke"]
+
+# Each xdist worker builds its own session fixtures. The tests that share the default recipe's run
+# (11 minutes) or its data go to one worker; every other test stays with its module, so a module's
+# fixtures are built once too. The cheap session fixtures (tiny_base, tiny_sft) may be built twice.
+SHARED_FIXTURE_GROUPS = {"tiny_run": "default-recipe", "default_data": "default-recipe"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = next((g for f, g in SHARED_FIXTURE_GROUPS.items() if f in fixtures), item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def run_cli(*args: str) -> int:

@@ -278,8 +278,8 @@ class HackMonitor:
     A monitor judges episodes: each is flagged or not (episode_flags), per suite and all together. It
     alarms when the flagged share over the last `window` steps passes its threshold and, after
     `warmup_steps` steps, is clearly above the share of the stage's own first `warmup_steps` steps (the
-    binomial tail `above_start` under `alpha`): a level the parent checkpoint brought with it is reported
-    in the metrics, not alarmed. A suite is judged on its own too, so a hack on the hard tasks is not
+    binomial tail `above_start` under `alpha`, and by at least `min_rise`): a level the parent checkpoint
+    brought with it is reported in the metrics, not alarmed, and so is a significant but small rise. A suite is judged on its own too, so a hack on the hard tasks is not
     diluted by the easy ones. `state()` goes into the stage's saved state, so a resumed run keeps its start."""
 
     def __init__(self, cfg: MonitorConfig, incidents_path: Path, prefix: str = "stages.rl.monitors") -> None:
@@ -340,7 +340,7 @@ class HackMonitor:
                     against_start = bool(warm) and monitor not in ABSOLUTE
                     k0, n0 = self._pooled(monitor, suite, start)
                     p = above_start(flagged, judged, k0, n0) if against_start else None
-                    if p is not None and p >= self.cfg.alpha:
+                    if p is not None and (p >= self.cfg.alpha or share - _share(k0, n0) < self.cfg.min_rise):
                         continue
                     idx = [i for i, s in enumerate(suites) if suite in ("all", s)]
                     blame = [float(bool(flags[i][monitor])) for i in idx]
