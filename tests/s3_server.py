@@ -30,6 +30,8 @@ from typing import Literal
 
 import pytest
 
+from harnessrl.serve.process import free_port
+
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -41,12 +43,6 @@ FAKE_CREDENTIALS = {
 _empty = os.path.join(tempfile.mkdtemp(prefix="harnessrl-aws-"), "empty")
 open(_empty, "w").close()
 FAKE_CREDENTIALS |= {"AWS_CONFIG_FILE": _empty, "AWS_SHARED_CREDENTIALS_FILE": _empty}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _server: dict[str, object] = {}

@@ -301,7 +301,7 @@ class TrainerRank:
         """Where rank 0 listens for the group's rendezvous."""
         import ray
 
-        from harnessrl.train.distributed import free_port
+        from harnessrl.serve.process import free_port
 
         return ray.util.get_node_ip_address(), free_port()
 

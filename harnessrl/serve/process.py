@@ -14,6 +14,7 @@ import httpx
 
 
 def free_port() -> int:
+    """A port free on loopback now (the OS's pick): for servers, and for torch.distributed's rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import socket
 import sys
 
 import torch
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harnessrl.serve.process import free_port
 
 
 def setup() -> tuple[int, int]:
