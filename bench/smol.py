@@ -21,7 +21,8 @@ packaging, urllib3). It prints one row per seed and the mean and spread:
     python bench/smol.py [--seeds 0 1 2] [--root DIR] [-- OVERRIDE ...]
 
 A seed whose run folder holds a report (and sft_more.json) is read, not run again: a sweep split
-across sessions continues where it stopped. Results go to ROOT/smol.json.
+across sessions continues where it stopped. A finished run whose config is not the recipe's now is
+moved aside (seedS-stale-TIME) and run again. Results go to ROOT/smol.json.
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ STAGES = ("data", "sft", "rl", "long_horizon", "eval")
 def run_seed(seed: int, root: Path, overrides: list[str]) -> None:
     run = root / f"seed{seed}"
     if (run / "report" / "report.json").is_file():
-        return
+        if not stale(run, seed, overrides):
+            return
+        # A finished run of another recipe (the recipe changed since): kept under a new name, never
+        # mixed into this table, and run again.
+        old = run.with_name(f"{run.name}-stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        print(f"seed {seed}: {run} ran another config of recipe=smol; moved to {old}", flush=True)
+        run.rename(old)
     cmd = [sys.executable, "-m", "harnessrl.cli", "run", "recipe=smol", f"seed={seed}", *overrides,
            "--output-dir", str(run), "--pipeline-root", str(root / "kfp")]  # fmt: skip
     print("$", " ".join(cmd), flush=True)
@@ -56,6 +63,16 @@ def run_seed(seed: int, root: Path, overrides: list[str]) -> None:
     if rc != 0:
         sys.exit(f"seed {seed}: harnessrl run exited {rc}; see {root / f'seed{seed}.log'}")
     (run / "wall.json").write_text(json.dumps({"seconds": time.monotonic() - t0}))
+
+
+def stale(run: Path, seed: int, overrides: list[str]) -> bool:
+    """Whether the run's resolved config differs from what `recipe=smol seed=S OVERRIDES` composes now."""
+    import yaml
+
+    from harnessrl.config import compose
+
+    now = compose(["recipe=smol", f"seed={seed}", *overrides]).model_dump(mode="json")
+    return yaml.safe_load((run / "config.yaml").read_text()) != now
 
 
 def held_out(rows: list[dict]) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 # pytest-xdist runs the suite on two workers (`-n 2` in pyproject.toml), which share the machine's
@@ -34,17 +35,26 @@ needs_bwrap = pytest.mark.skipif(
 
 SMOKE = ["recipe=tiny_smoke"]
 
-# Each xdist worker builds its own session fixtures. The tests that share the default recipe's run
-# (11 minutes) or its data go to one worker; every other test stays with its module, so a module's
-# fixtures are built once too. The cheap session fixtures (tiny_base, tiny_sft) may be built twice.
-SHARED_FIXTURE_GROUPS = {"tiny_run": "default-recipe", "default_data": "default-recipe"}
+# Each xdist worker builds its own session fixtures. The test modules that name the default
+# recipe's run (11 minutes) or its data go to one worker as one unit of work; every other module is
+# a unit of its own, so a module's fixtures are built once too. The cheap session fixtures (tiny_base,
+# tiny_sft) may be built on both workers. (xdist's `--dist loadgroup` would read marks, but its
+# group names do not reach the scheduler under pytest 9, so the grouping is by module here.)
+SHARED_FIXTURES = re.compile(r"\b(tiny_run|default_data)\b")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = next((g for f, g in SHARED_FIXTURE_GROUPS.items() if f in fixtures), item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    here = Path(__file__).parent
+    shared = {p.name for p in here.glob("test_*.py") if SHARED_FIXTURES.search(p.read_text())}
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return "default-recipe" if Path(module).name in shared else module
+
+    return ByModule(config, log)
 
 
 def run_cli(*args: str) -> int:
