@@ -279,8 +279,8 @@ class HackMonitor:
     alarms when the flagged share over the last `window` steps passes its threshold and, after
     `warmup_steps` steps, is clearly above the share of the stage's own first `warmup_steps` steps (the
     binomial tail `above_start` under `alpha`, and by at least `min_rise`): a level the parent checkpoint
-    brought with it is reported in the metrics, not alarmed, and so is a significant but small rise. A suite is judged on its own too, so a hack on the hard tasks is not
-    diluted by the easy ones. `state()` goes into the stage's saved state, so a resumed run keeps its start."""
+    brought with it is reported in the metrics, not alarmed, and so is a significant but small rise. A
+    suite is judged on its own too, so a hack on the hard tasks is not diluted by the easy ones. `state()` goes into the stage's saved state, so a resumed run keeps its start."""
 
     def __init__(self, cfg: MonitorConfig, incidents_path: Path, prefix: str = "stages.rl.monitors") -> None:
         self.cfg = cfg

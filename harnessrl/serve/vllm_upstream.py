@@ -41,9 +41,6 @@ from harnessrl.serve.process import free_port
 
 UPSTREAM_NAME = "upstream"  # the model name vLLM serves under; clients use the front's name
 UPSTREAM_TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # a stalled upstream fails the request, never hangs it
-# vLLM makes its IPC sockets in TMPDIR (ipc://TMPDIR/<uuid>), and a socket path may not pass 107
-# bytes: a temp dir in a log folder deeper than this goes to the system's temp dir instead.
-IPC_DIR_MAX = 48
 DRAIN_S = 120.0  # how long a swap waits for the requests in flight; past it the swap fails and the served one stays
 
 
@@ -99,10 +96,10 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
         argv.append("--enforce-eager")
         env |= CPU_ENV
     log_dir.mkdir(parents=True, exist_ok=True)
-    short = len(str(log_dir.resolve())) <= IPC_DIR_MAX
-    env["TMPDIR"] = tempfile.mkdtemp(prefix="vllm-", dir=log_dir if short else None)  # vLLM's sockets
-    if not short:
-        atexit.register(shutil.rmtree, env["TMPDIR"], ignore_errors=True)
+    # vLLM makes its IPC sockets in TMPDIR (ipc://TMPDIR/<uuid>), and a socket path may not pass 107
+    # bytes: a temp dir of its own in the system's temp dir, not in a log folder of any depth.
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="vllm-")
+    atexit.register(shutil.rmtree, env["TMPDIR"], ignore_errors=True)
     log = log_dir / f"vllm-{port}.log"
     with log.open("w") as out:
         # In serve's own process group, so whatever stops serve's group stops vLLM with it.
