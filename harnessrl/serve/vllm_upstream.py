@@ -19,7 +19,6 @@ plus the reload.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +52,11 @@ class Upstream:
     url: str
     proc: subprocess.Popen
     renderer: PromptRenderer
+    sockets: Path  # vLLM's TMPDIR, removed when it stops (serve may end by a signal: no atexit then)
 
     def stop(self) -> None:
         stop_group(self.proc)
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -98,8 +99,8 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
     log_dir.mkdir(parents=True, exist_ok=True)
     # vLLM makes its IPC sockets in TMPDIR (ipc://TMPDIR/<uuid>), and a socket path may not pass 107
     # bytes: a temp dir of its own in the system's temp dir, not in a log folder of any depth.
-    env["TMPDIR"] = tempfile.mkdtemp(prefix="vllm-")
-    atexit.register(shutil.rmtree, env["TMPDIR"], ignore_errors=True)
+    sockets = Path(tempfile.mkdtemp(prefix="vllm-"))
+    env["TMPDIR"] = str(sockets)
     log = log_dir / f"vllm-{port}.log"
     with log.open("w") as out:
         # In serve's own process group, so whatever stops serve's group stops vLLM with it.
@@ -115,9 +116,10 @@ def start_upstream(path: Path, version: str, engine: EngineConfig, dtype: str, l
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_group(proc)
+            shutil.rmtree(sockets, ignore_errors=True)
             raise RuntimeError(f"vLLM's server on {path} did not come up:\n{log.read_text()[-3000:]}")
         time.sleep(1)
-    return Upstream(path, version, url, proc, PromptRenderer(load_tokenizer(path), context, fmt))
+    return Upstream(path, version, url, proc, PromptRenderer(load_tokenizer(path), context, fmt), sockets)
 
 
 def upstream_body(raw: dict[str, Any], room: int, temperature: float) -> dict[str, Any]:
@@ -247,7 +249,7 @@ class Upstreams:
                     raise SwapError(f"{path}: vLLM did not answer the reload ({e}); its weights may be mixed") from None
                 if r.status_code != 200:
                     raise SwapError(f"{path}: vLLM could not load it: HTTP {r.status_code} {r.text[:300]}")
-                self.current = Upstream(path, version, old.url, old.proc, old.renderer)
+                self.current = replace(old, path=path, version=version)
             finally:
                 self._open = True
                 self._cond.notify_all()
